@@ -7,7 +7,7 @@ from gymnasium.envs.registration import register, registry
 
 from creditgym.envs.core import Ledger, Source, TokenEnv, TurnOutcome
 from creditgym.envs.math_tasks import MathTask, ProceduralMath, load_dataset_dir, load_jsonl
-from creditgym.envs.tokenizer import load_tokenizer
+from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
 
 ENV_IDS = ("creditgym/Math-v0",)
@@ -30,8 +30,10 @@ __all__ = [
     "Source",
     "TokenEnv",
     "TurnOutcome",
+    "default_stop_token_ids",
     "load_dataset_dir",
     "load_jsonl",
     "load_tokenizer",
+    "render_chat",
     "registered_ids",
 ]

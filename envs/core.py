@@ -8,6 +8,7 @@ advances by many tokens at once and builds exactly the episode that stepping the
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -16,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
+
+from creditgym.envs.tokenizer import default_stop_token_ids
 
 
 class Source(IntEnum):
@@ -33,8 +36,7 @@ class Ledger:
     (int32, the policy turn a token belongs to; prompt tokens are turn 0), ``logprob`` (float32, NaN until the
     agent fills it) and ``reward`` (float32; the verdict lands on the last policy token).
 
-    Rows are never rewritten once appended (except ``logprob`` and ``reward``), so observation arrays handed out
-    earlier stay valid: they are views of a prefix.
+    Rows are never rewritten once appended, except ``logprob`` (filled by the agent) and ``reward``.
     """
 
     __slots__ = ("_logprob", "_reward", "_source", "_token_id", "_turn", "n")
@@ -161,7 +163,7 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
 
     Observation Space:
         ``Dict(tokens=Sequence(Discrete(V), stack=True), sources=Sequence(Discrete(3), stack=True))``: every token
-        of the context so far and who wrote it (:class:`Source`). The arrays are read-only views of the ledger.
+        of the context so far and who wrote it (:class:`Source`), copied from the ledger.
 
     Episode End:
         ``terminated`` when the episode reaches a verdict; ``truncated`` when a budget runs out or an
@@ -171,7 +173,14 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012
 
-    def __init__(self, tokenizer: Any, *, max_new_tokens: int, stop_token_ids: frozenset[int], render_mode=None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int,
+        stop_token_ids: Iterable[int] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -179,6 +188,8 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.max_new_tokens = int(max_new_tokens)
+        if stop_token_ids is None:
+            stop_token_ids = default_stop_token_ids(tokenizer)
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
         self._stop_array = np.fromiter(sorted(self.stop_token_ids), dtype=np.int64)
         self.render_mode = render_mode
@@ -278,8 +289,9 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         return self._obs(), float(outcome.reward), bool(outcome.terminated), bool(outcome.truncated), info
 
     def _obs(self) -> dict[str, np.ndarray]:
+        # Copies, not views: callers keep observations, and Gymnasium asks that no two share memory.
         n = self.ledger.n
-        return {"tokens": self.ledger._token_id[:n], "sources": self.ledger._source[:n]}
+        return {"tokens": self.ledger._token_id[:n].copy(), "sources": self.ledger._source[:n].copy()}
 
     # -- extras ---------------------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from creditgym.envs.core import TokenEnv, TurnOutcome
 from creditgym.envs.math_tasks import DEFAULT_LEVEL, MathTask, TaskSource, resolve_tasks
-from creditgym.envs.tokenizer import BUNDLED, default_stop_token_ids, render_chat, resolve_tokenizer
+from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
 
@@ -64,8 +64,7 @@ class MathEnv(TokenEnv):
     ) -> None:
         tok = resolve_tokenizer(tokenizer)
         render_chat(tok, [{"role": "user", "content": "probe"}])  # fail now, clearly, if there is no chat template
-        stops = frozenset(stop_token_ids) if stop_token_ids is not None else default_stop_token_ids(tok)
-        super().__init__(tok, max_new_tokens=max_new_tokens, stop_token_ids=stops, render_mode=render_mode)
+        super().__init__(tok, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, render_mode=render_mode)
         self.tasks = resolve_tasks(tasks, levels=difficulty, split=split)
         self.verifier_timeout = float(verifier_timeout)
         self.system_prompt = system_prompt
