@@ -52,7 +52,9 @@ class Report:
         )
 
 
-def evaluate(env_id: str, agent: Agent, episodes: int, *, seed: int = 0, env_kwargs: dict | None = None) -> Report:
+def evaluate(
+    env_id: str, agent: Agent, episodes: int, *, seed: int = 0, env_kwargs: dict | None = None
+) -> Report:
     """Play ``episodes`` episodes of ``env_id`` with ``agent``; episode ``i`` is reset with seed ``seed + i``."""
     env = gym.make(env_id, **(env_kwargs or {}))
     rng = np.random.default_rng(seed)

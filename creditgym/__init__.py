@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 
-import creditgym.envs  # noqa: E402,F401  (registers the creditgym/ env ids)
+import creditgym.envs  # noqa: F401  (registers the creditgym/ env ids)

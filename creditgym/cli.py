@@ -18,7 +18,11 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
     for env_id in registered_ids():
         spec = gym.spec(env_id)
-        entry = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__name__", "?")
+        entry = (
+            spec.entry_point
+            if isinstance(spec.entry_point, str)
+            else getattr(spec.entry_point, "__name__", "?")
+        )
         doc = ""
         if isinstance(spec.entry_point, str):
             module, _, attr = spec.entry_point.partition(":")
@@ -46,20 +50,30 @@ def docker_status(timeout: float = 5.0) -> tuple[bool, str]:
         version = client.version().get("Version", "?")
         client.close()
     except Exception as e:  # the SDK raises several types for "no engine"
-        return False, f"no engine at {host} ({type(e).__name__}); start one with `make engine` or set DOCKER_HOST"
+        return (
+            False,
+            f"no engine at {host} ({type(e).__name__}); start one with `make engine` or set DOCKER_HOST",
+        )
     return True, f"engine {version} at {host}"
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    rows = [("creditgym", _version("creditgym")), ("python", f"{platform.python_version()} ({sys.executable})")]
+    rows = [
+        ("creditgym", _version("creditgym")),
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+    ]
     try:
         import torch
 
-        gpu = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "none"
+        gpu = (
+            f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+            if torch.cuda.is_available()
+            else "none"
+        )
         rows += [("torch", torch.__version__), ("gpu", gpu)]
     except ImportError:
         rows += [("torch", "not installed"), ("gpu", "unknown (no torch)")]
-    ok, line = docker_status()
+    _ok, line = docker_status()
     rows.append(("docker", line))
     for dist in ("transformers", "gymnasium", "math-verify", "vllm", "swebench", "stable-baselines3"):
         rows.append((dist, _version(dist)))
@@ -77,8 +91,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown agent {args.agent!r}; known agents: {sorted(SCRIPTED)}")
     env_kwargs = {"split": args.split} if args.split else {}
     report = evaluate(args.env, SCRIPTED[args.agent](), args.episodes, seed=args.seed, env_kwargs=env_kwargs)
-    print(f"{report.agent:<8} on {report.env_id}: accuracy {report.accuracy:.3f} over {report.episodes} episodes "
-          f"(infra errors: {report.infra_errors}; statuses: {report.statuses})")
+    print(
+        f"{report.agent:<8} on {report.env_id}: accuracy {report.accuracy:.3f} over {report.episodes} episodes "
+        f"(infra errors: {report.infra_errors}; statuses: {report.statuses})"
+    )
     if args.out:
         print(f"report: {write_report(report, args.out)}")
     return 0
@@ -90,13 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list registered env ids, one line each").set_defaults(func=_cmd_envs)
-    sub.add_parser("doctor", help="report Python, torch, GPU and Docker engine").set_defaults(func=_cmd_doctor)
+    sub.add_parser("doctor", help="report Python, torch, GPU and Docker engine").set_defaults(
+        func=_cmd_doctor
+    )
 
     ev = sub.add_parser("eval", help="run an agent through an env and report its accuracy")
     ev.add_argument("--env", default="creditgym/Math-v0", help="registered env id (default: %(default)s)")
     ev.add_argument("--agent", default="oracle", help="oracle | random (default: %(default)s)")
     ev.add_argument("--episodes", type=int, default=50, help="number of episodes (default: %(default)s)")
-    ev.add_argument("--seed", type=int, default=0, help="episode i is reset with seed+i (default: %(default)s)")
+    ev.add_argument(
+        "--seed", type=int, default=0, help="episode i is reset with seed+i (default: %(default)s)"
+    )
     ev.add_argument("--split", default="test", help="task split (default: %(default)s)")
     ev.add_argument("--out", default=None, help="folder for report.json and report.md")
     ev.set_defaults(func=_cmd_eval)

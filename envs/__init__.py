@@ -34,6 +34,6 @@ __all__ = [
     "load_dataset_dir",
     "load_jsonl",
     "load_tokenizer",
-    "render_chat",
     "registered_ids",
+    "render_chat",
 ]

@@ -184,7 +184,9 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.max_new_tokens = int(max_new_tokens)
@@ -252,10 +254,14 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
             The usual 5-tuple; the reward is the sum over the consumed tokens.
         """
         if self._done:
-            raise ResetNeeded("the episode has ended (terminated or truncated): call reset() before step_chunk()")
+            raise ResetNeeded(
+                "the episode has ended (terminated or truncated): call reset() before step_chunk()"
+            )
         tokens = np.asarray(tokens)
         if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
-            raise ValueError(f"step_chunk expects a non-empty 1-D integer array, got shape {tokens.shape} {tokens.dtype}")
+            raise ValueError(
+                f"step_chunk expects a non-empty 1-D integer array, got shape {tokens.shape} {tokens.dtype}"
+            )
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= self.vocab_size:
             bad = lo if lo < 0 else hi
@@ -325,13 +331,17 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         total = self.ledger.n
         n = total if n is None else int(n)
         if not self.prompt_length <= n <= total:
-            raise ValueError(f"fork point n={n} outside [prompt length {self.prompt_length}, episode length {total}]")
+            raise ValueError(
+                f"fork point n={n} outside [prompt length {self.prompt_length}, episode length {total}]"
+            )
         if n < total:
             src = self.ledger.source
             at_boundary = src[n] == Source.POLICY
             in_open_turn = src[n - 1] == Source.POLICY and (n - 1) not in self._turn_ends
             if not (at_boundary or in_open_turn):
-                raise ValueError(f"cannot fork at n={n}: it cuts a closed turn from the env tokens that answer it")
+                raise ValueError(
+                    f"cannot fork at n={n}: it cuts a closed turn from the env tokens that answer it"
+                )
         new = copy.copy(self)
         new.ledger = self.ledger.copy(n)
         new._np_random = copy.deepcopy(self._np_random)
@@ -353,6 +363,8 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         for i in range(1, len(src) + 1):
             if i == len(src) or src[i] != src[start]:
                 text = self.tokenizer.decode(self.ledger.token_id[start:i].tolist())
-                parts.append(f"[{Source(int(src[start])).name.lower()}]{marks[Source(int(src[start]))]}{text}")
+                parts.append(
+                    f"[{Source(int(src[start])).name.lower()}]{marks[Source(int(src[start]))]}{text}"
+                )
                 start = i
         return "\n".join(parts)

@@ -63,8 +63,12 @@ class MathEnv(TokenEnv):
         render_mode: str | None = None,
     ) -> None:
         tok = resolve_tokenizer(tokenizer)
-        render_chat(tok, [{"role": "user", "content": "probe"}])  # fail now, clearly, if there is no chat template
-        super().__init__(tok, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, render_mode=render_mode)
+        render_chat(
+            tok, [{"role": "user", "content": "probe"}]
+        )  # fail now, clearly, if there is no chat template
+        super().__init__(
+            tok, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, render_mode=render_mode
+        )
         self.tasks = resolve_tasks(tasks, levels=difficulty, split=split)
         self.verifier_timeout = float(verifier_timeout)
         self.system_prompt = system_prompt
@@ -117,5 +121,8 @@ class MathEnv(TokenEnv):
             info["infra_error"] = f"math verifier: {verdict.details.get('error', 'failed')}"
             return TurnOutcome(reward=0.0, truncated=True, info=info)
         return TurnOutcome(
-            reward=float(verdict.score or 0.0), terminated=not budget_exhausted, truncated=budget_exhausted, info=info
+            reward=float(verdict.score or 0.0),
+            terminated=not budget_exhausted,
+            truncated=budget_exhausted,
+            info=info,
         )

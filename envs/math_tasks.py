@@ -181,7 +181,9 @@ class ProceduralMath:
                 tasks.append(task)
                 if len(tasks) == n:
                     return TaskList(tasks, name=f"procedural-{self.split}")
-        raise ValueError(f"could only find {len(tasks)} distinct {self.split} problems at levels {self.levels}")
+        raise ValueError(
+            f"could only find {len(tasks)} distinct {self.split} problems at levels {self.levels}"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------

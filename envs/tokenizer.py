@@ -91,5 +91,7 @@ def render_chat(
             "the env, e.g. `tokenizer.chat_template = creditgym.envs.tokenizer.CHATML_TEMPLATE` "
             "(ChatML), or use a chat/instruct model's tokenizer"
         )
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+    text = tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+    )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -69,8 +69,24 @@ $ ls -la /testbed && cat README.md && python -m pytest -q tests/
 
 
 # English prose and Python code for the non-math merges: the standard library's own docstrings and sources.
-STDLIB = ("argparse", "collections", "csv", "dataclasses", "difflib", "email.message", "functools", "json",
-          "logging", "pathlib", "shutil", "statistics", "string", "subprocess", "textwrap", "unittest.case")
+STDLIB = (
+    "argparse",
+    "collections",
+    "csv",
+    "dataclasses",
+    "difflib",
+    "email.message",
+    "functools",
+    "json",
+    "logging",
+    "pathlib",
+    "shutil",
+    "statistics",
+    "string",
+    "subprocess",
+    "textwrap",
+    "unittest.case",
+)
 
 
 def _stdlib_text() -> Iterator[str]:
