@@ -1,0 +1,50 @@
+"""Credit modules: from scores to per-token advantages.
+
+Every module is one pure function ``fn(batch: CreditBatch, cfg) -> CreditOutput`` with a frozen config,
+registered by name; importing this package registers all of them::
+
+    from creditgym import credit
+
+    module = credit.get("grpo")                 # CreditModule: fn, config, signals, critic
+    out = module(batch, module.config())        # out.advantages: (B, T)
+
+Adding a module: one file ``credit/<name>.py`` using `register`, plus one import line below.
+"""
+
+from __future__ import annotations
+
+from creditgym.credit import gae, grpo, rloo
+from creditgym.credit.base import (
+    SIGNALS,
+    CreditBatch,
+    CreditFn,
+    CreditModule,
+    CreditOutput,
+    UnknownCreditModuleError,
+    available,
+    get,
+    register,
+    require,
+)
+from creditgym.credit.gae import GAEConfig
+from creditgym.credit.grpo import GRPOConfig
+from creditgym.credit.rloo import RLOOConfig
+
+__all__ = [
+    "SIGNALS",
+    "CreditBatch",
+    "CreditFn",
+    "CreditModule",
+    "CreditOutput",
+    "GAEConfig",
+    "GRPOConfig",
+    "RLOOConfig",
+    "UnknownCreditModuleError",
+    "available",
+    "gae",
+    "get",
+    "grpo",
+    "register",
+    "require",
+    "rloo",
+]

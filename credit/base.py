@@ -1,0 +1,347 @@
+"""The credit contract: what every credit module receives (`CreditBatch`), returns (`CreditOutput`), and the
+registry that maps a name (``grpo``, ``gae``, ...) to a module.
+
+A credit module turns sparse scores into per-token advantages. It is one pure function
+``fn(batch: CreditBatch, cfg: Config) -> CreditOutput`` plus a frozen config, registered by name::
+
+    @dataclass(frozen=True)
+    class MyConfig:
+        scale: float = 1.0
+
+    @register("mine", config=MyConfig, signals=("teacher_logprobs",))
+    @torch.no_grad()
+    def mine(batch: CreditBatch, cfg: MyConfig) -> CreditOutput:
+        teacher = require(batch, "teacher_logprobs", module="mine")  # raises at the top when missing
+        ...
+
+The trainer only ever does ``module = get(name); out = module(batch, cfg)``: it computes the signals listed in
+``module.signals`` and trains a critic when ``module.critic`` is true, and never branches on the name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Generic, Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "SIGNALS",
+    "CreditBatch",
+    "CreditFn",
+    "CreditModule",
+    "CreditOutput",
+    "UnknownCreditModuleError",
+    "advantage_metrics",
+    "available",
+    "get",
+    "register",
+    "require",
+]
+
+#: The fixed vocabulary of extra inputs a module may declare, with their meaning. Every signal tensor has shape
+#: (B, T, ...) aligned with ``old_logprobs`` and is read only where ``policy_mask`` is True.
+SIGNALS: Mapping[str, str] = MappingProxyType(
+    {
+        "counterfactual_logprobs": "(B, T) log-probs of the sampled tokens replayed under the counterfactual "
+        "prompt (CoRT: the rubric-free prompt), teacher-forced, no grad",
+        "teacher_logprobs": "(B, T) log-probs of the sampled tokens under a stop-gradient teacher (CAST)",
+        "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
+        "(CompPO: concentration in [0, 1])",
+        "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
+        "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1} (PACT)",
+    }
+)
+
+
+def _describe(x: Tensor) -> str:
+    return f"shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}"
+
+
+@dataclass(frozen=True)
+class CreditBatch:
+    """The input of every credit module: B rows of T token positions (prompt, policy and env tokens, padding).
+
+    Row ``b`` is one episode laid out left to right; position ``t`` is one token. ``policy_mask`` says which
+    tokens the policy sampled: only those receive advantages, and everything a module reads at the other positions
+    (old log-probs, values, signals) is ignored.
+
+    Attributes:
+        token_rewards: (B, T) float. Mostly 0. The verdict sits on the last policy token of the episode; multi-turn
+            envs may also put per-turn rewards on each turn's last policy token. Must be 0 wherever
+            ``policy_mask`` is False (a reward must belong to a token the policy chose) and finite.
+        policy_mask: (B, T) bool. True = token sampled by the policy; False = prompt, env-inserted token (chat
+            glue, tool output, next user turn) or padding. A row with no True entry is a padding row: it is not a
+            sample, does not count in group statistics, and gets advantage 0 everywhere.
+        group_ids: (B,) integer. Rows that answer the same task share an id (verl's ``uid``); group baselines
+            (GRPO, RLOO) are computed within a group.
+        old_logprobs: (B, T) float. Log-probs of the sampled tokens under the behaviour policy (0 where masked).
+        segment_ids: (B, T) integer or None. Turn index of each token (multi-turn episodes).
+        values: (B, T) float or None. Critic values, one per token position, with this convention (used by
+            ``gae`` and every critic module): ``values[b, t] = V(s_t)``, the critic's estimate of the return
+            **before** token ``t`` is emitted, i.e. of the prefix ``x, y_<t`` (everything left of ``t``). In a causal
+            LM it is read from the hidden state at position ``t - 1``: the position whose logits give
+            ``old_logprobs[b, t]`` (verl's ``values[:, -L-1:-1]`` slice). The value after the last policy token is
+            0 (terminal). So with ``gamma = lam = 1`` and one terminal reward R, GAE gives ``A_t = R - values[b, t]``
+            (PACT's ``R - V_{t-1}`` in its 1-based notation). Read only where ``policy_mask`` is True.
+        signals: name -> tensor (B, T, ...), the extra inputs a module declared (vocabulary: ``SIGNALS``, except
+            ``values`` which has its own field). Stored read-only.
+        step: optimizer step, for schedules (CoRT's ramp). ``0 <= step``.
+        total_steps: planned number of optimizer steps, ``>= 1``.
+
+    Raises:
+        ValueError / TypeError: on a shape, dtype, device or content mismatch, saying what was received and what
+            was expected.
+    """
+
+    token_rewards: Tensor
+    policy_mask: Tensor
+    group_ids: Tensor
+    old_logprobs: Tensor
+    segment_ids: Tensor | None = None
+    values: Tensor | None = None
+    signals: Mapping[str, Tensor] = field(default_factory=dict)
+    step: int = 0
+    total_steps: int = 1
+
+    def __post_init__(self) -> None:
+        r, m = self.token_rewards, self.policy_mask
+        if not isinstance(r, Tensor) or r.dim() != 2 or not r.is_floating_point():
+            got = _describe(r) if isinstance(r, Tensor) else type(r).__name__
+            raise TypeError(f"CreditBatch.token_rewards: expected a 2-D float tensor (B, T), got {got}")
+        shape, device = tuple(r.shape), r.device
+        if not isinstance(m, Tensor) or tuple(m.shape) != shape or m.dtype != torch.bool:
+            got = _describe(m) if isinstance(m, Tensor) else type(m).__name__
+            raise TypeError(
+                f"CreditBatch.policy_mask: expected a bool tensor of shape {shape} (like token_rewards), got {got}; "
+                "convert a {0, 1} mask with `.bool()`"
+            )
+        self._check("group_ids", self.group_ids, shape[:1], floating=False, device=device)
+        self._check("old_logprobs", self.old_logprobs, shape, floating=True, device=device)
+        if self.segment_ids is not None:
+            self._check("segment_ids", self.segment_ids, shape, floating=False, device=device)
+        if self.values is not None:
+            self._check("values", self.values, shape, floating=True, device=device)
+        for name, x in self.signals.items():
+            if name == "values":
+                raise ValueError(
+                    "CreditBatch.signals['values']: pass critic values as CreditBatch(values=...)"
+                )
+            if name not in SIGNALS:
+                raise ValueError(
+                    f"CreditBatch.signals: unknown signal {name!r}; known signals: {sorted(SIGNALS)}"
+                )
+            if not isinstance(x, Tensor) or x.dim() < 2 or tuple(x.shape[:2]) != shape or x.device != device:
+                got = _describe(x) if isinstance(x, Tensor) else type(x).__name__
+                raise ValueError(
+                    f"CreditBatch.signals[{name!r}]: expected a tensor of shape {shape} + (...) on {device}, got {got}"
+                )
+        object.__setattr__(self, "signals", MappingProxyType(dict(self.signals)))
+        if not isinstance(self.step, int) or not isinstance(self.total_steps, int):
+            raise TypeError(
+                f"CreditBatch.step/total_steps: expected ints, got {self.step!r}, {self.total_steps!r}"
+            )
+        if self.step < 0 or self.total_steps < 1:
+            raise ValueError(
+                f"CreditBatch: expected step >= 0 and total_steps >= 1, got step={self.step}, "
+                f"total_steps={self.total_steps}"
+            )
+        if not torch.isfinite(r).all():
+            raise ValueError(
+                f"CreditBatch.token_rewards: {int((~torch.isfinite(r)).sum())} non-finite entries"
+            )
+        stray = (r != 0) & ~m
+        if stray.any():
+            b, t = (int(i) for i in stray.nonzero()[0])
+            raise ValueError(
+                f"CreditBatch.token_rewards: {int(stray.sum())} nonzero rewards where policy_mask is False, "
+                f"e.g. at (b={b}, t={t}); put each reward on the last policy token of its turn or episode"
+            )
+
+    @staticmethod
+    def _check(name: str, x: Tensor, shape: tuple[int, ...], *, floating: bool, device: torch.device) -> None:
+        kind = "a float" if floating else "an integer"
+        ok = isinstance(x, Tensor) and tuple(x.shape) == shape and x.device == device
+        ok = ok and (
+            x.is_floating_point() if floating else not x.is_floating_point() and x.dtype != torch.bool
+        )
+        ok = ok and not x.is_complex()
+        if not ok:
+            got = _describe(x) if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(
+                f"CreditBatch.{name}: expected {kind} tensor of shape {shape} on {device}, got {got}"
+            )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(B, T)."""
+        B, T = self.token_rewards.shape
+        return B, T
+
+
+@dataclass(frozen=True)
+class CreditOutput:
+    """What a credit module returns.
+
+    Attributes:
+        advantages: (B, T) float, detached, exactly 0 wherever ``policy_mask`` is False. Plugged into the clipped
+            policy-gradient loss (``creditgym.agents.loss.policy_loss``) as is.
+        returns: (B, T) float or None. Value targets, for modules that train a critic (0 where masked).
+        metrics: namespaced scalars, e.g. ``{"credit/grpo/adv_abs_mean": 0.8}``; the trainer logs them.
+    """
+
+    advantages: Tensor
+    returns: Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        a = self.advantages
+        if not isinstance(a, Tensor) or a.dim() != 2 or not a.is_floating_point():
+            got = _describe(a) if isinstance(a, Tensor) else type(a).__name__
+            raise TypeError(f"CreditOutput.advantages: expected a 2-D float tensor (B, T), got {got}")
+        ret = self.returns
+        if ret is not None and (
+            not isinstance(ret, Tensor) or ret.shape != a.shape or not ret.is_floating_point()
+        ):
+            got = _describe(ret) if isinstance(ret, Tensor) else type(ret).__name__
+            raise TypeError(
+                f"CreditOutput.returns: expected a float tensor of shape {tuple(a.shape)}, got {got}"
+            )
+
+
+ConfigT = TypeVar("ConfigT")
+ConfigT_contra = TypeVar("ConfigT_contra", contravariant=True)
+
+
+class CreditFn(Protocol[ConfigT_contra]):
+    """A credit module's function: pure, ``@torch.no_grad()``, no I/O, no trainer state."""
+
+    def __call__(self, batch: CreditBatch, cfg: ConfigT_contra, /) -> CreditOutput: ...
+
+
+class UnknownCreditModuleError(KeyError, ValueError):
+    """``get(name)`` with a name nobody registered (a ``KeyError`` and a ``ValueError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class CreditModule(Generic[ConfigT]):
+    """A registry entry: the function, its config class, the signals it reads, whether it trains a critic."""
+
+    name: str
+    fn: CreditFn[ConfigT]
+    config: type[ConfigT]
+    signals: tuple[str, ...]
+    critic: bool
+
+    def __call__(self, batch: CreditBatch, cfg: ConfigT | None = None) -> CreditOutput:
+        """Runs the module (default config when ``cfg`` is None) and checks the output contract."""
+        cfg = self.config() if cfg is None else cfg
+        if not isinstance(cfg, self.config):
+            raise TypeError(
+                f"credit module {self.name!r} takes a {self.config.__name__}, got {type(cfg).__name__}"
+            )
+        out = self.fn(batch, cfg)
+        if out.advantages.shape != batch.policy_mask.shape:
+            raise ValueError(
+                f"credit module {self.name!r} returned advantages of shape {tuple(out.advantages.shape)}, "
+                f"expected {batch.shape}"
+            )
+        if (out.advantages[~batch.policy_mask] != 0).any() or not torch.isfinite(out.advantages).all():
+            raise ValueError(
+                f"credit module {self.name!r} broke the contract: advantages must be finite and exactly 0 where "
+                "policy_mask is False"
+            )
+        if self.critic and out.returns is None:
+            raise ValueError(
+                f"credit module {self.name!r} trains a critic but returned no value targets (returns)"
+            )
+        return out
+
+
+_REGISTRY: dict[str, CreditModule[object]] = {}
+
+
+def register(
+    name: str, *, config: type[ConfigT], signals: tuple[str, ...] = (), critic: bool = False
+) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
+    """Decorator: registers ``fn(batch, cfg) -> CreditOutput`` under ``name`` (file name = key = CLI value).
+
+    Args:
+        name: the registry key, a Python identifier (``"cort"``).
+        config: the module's frozen config dataclass; ``config()`` must give the defaults.
+        signals: extra inputs the trainer must compute, from ``SIGNALS``.
+        critic: True when the module's advantages come from a critic the trainer must train on ``returns``
+            (such a module declares the ``values`` signal).
+
+    Raises:
+        ValueError: duplicate name, name not an identifier, unknown signal, or a critic without ``values``.
+    """
+    if not name.isidentifier():
+        raise ValueError(f"credit module name must be a Python identifier like 'grpo', got {name!r}")
+    unknown = sorted(set(signals) - set(SIGNALS))
+    if unknown:
+        raise ValueError(
+            f"credit module {name!r} declares unknown signals {unknown}; known: {sorted(SIGNALS)}"
+        )
+    if critic and "values" not in signals:
+        raise ValueError(f"credit module {name!r} trains a critic, so it must declare the 'values' signal")
+
+    def deco(fn: CreditFn[ConfigT]) -> CreditFn[ConfigT]:
+        if name in _REGISTRY:
+            raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
+        _REGISTRY[name] = CreditModule(name, fn, config, tuple(signals), critic)  # type: ignore[assignment]
+        return fn
+
+    return deco
+
+
+def get(name: str) -> CreditModule[object]:
+    """The module registered as ``name``; raises `UnknownCreditModuleError` listing the known names."""
+    if name not in _REGISTRY:
+        raise UnknownCreditModuleError(f"unknown credit module {name!r}; known modules: {available()}")
+    return _REGISTRY[name]
+
+
+def available() -> list[str]:
+    """Sorted names of the registered credit modules."""
+    return sorted(_REGISTRY)
+
+
+def require(batch: CreditBatch, name: str, *, module: str = "this credit module") -> Tensor:
+    """Returns the signal ``name`` of ``batch``, or raises a `ValueError` that names it when it is missing.
+
+    ``values`` is read from ``batch.values``, every other signal from ``batch.signals``. Call it at the top of a
+    module for each signal it declared: a missing signal is an error, never a silent fallback.
+    """
+    if name not in SIGNALS:
+        raise ValueError(f"unknown signal {name!r}; known signals: {sorted(SIGNALS)}")
+    x = batch.values if name == "values" else batch.signals.get(name)
+    if x is None:
+        where = "CreditBatch.values is None" if name == "values" else f"CreditBatch.signals has no {name!r}"
+        raise ValueError(
+            f"{module} needs the signal {name!r} ({SIGNALS[name]}), but {where}; the trainer must compute every "
+            "signal listed in creditgym.credit.get(<name>).signals"
+        )
+    return x
+
+
+def advantage_metrics(name: str, advantages: Tensor, mask: Tensor) -> dict[str, float]:
+    """Summary of ``advantages`` (B, T) over policy tokens ``mask`` (B, T), keys ``credit/<name>/adv_*``."""
+    a = advantages[mask]
+    if a.numel() == 0:
+        return {
+            f"credit/{name}/{k}": 0.0 for k in ("adv_mean", "adv_abs_mean", "adv_std", "adv_min", "adv_max")
+        }
+    return {
+        f"credit/{name}/adv_mean": a.mean().item(),
+        f"credit/{name}/adv_abs_mean": a.abs().mean().item(),
+        f"credit/{name}/adv_std": a.std(correction=0).item(),
+        f"credit/{name}/adv_min": a.min().item(),
+        f"credit/{name}/adv_max": a.max().item(),
+    }
