@@ -11,10 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["AGG_MODES", "KL_KINDS", "aggregate", "kl_penalty", "policy_loss", "value_loss"]
+from creditgym.agents.config import AGG_MODES, KL_KINDS
 
-AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3")
+__all__ = ["AGG_MODES", "KL_KINDS", "aggregate", "kl_penalty", "policy_loss", "value_loss"]
 
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps ratios finite (verl clamps the same way)
 

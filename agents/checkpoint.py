@@ -1,0 +1,107 @@
+"""Atomic, verified training checkpoints.
+
+A checkpoint is a folder ``step-000120/`` holding ``state.pt`` (model, optimizer, value head, RNG states, step,
+config) and ``manifest.json`` (the SHA-256 of every file). It is written into a temporary folder and renamed into
+place, so a crash mid-write never leaves a half checkpoint under a real name; ``latest`` names the newest one.
+Loading checks the manifest and refuses a corrupted checkpoint, naming the file, without touching the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MANIFEST = "manifest.json"
+STATE = "state.pt"
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file is missing, truncated or does not match its recorded hash."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(root: str | os.PathLike[str], step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``state`` as checkpoint ``step`` under ``root`` atomically; keep the newest ``keep`` checkpoints."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    torch.save({**state, "step": step}, tmp / STATE)
+    manifest = {"step": step, "files": {STATE: _sha256(tmp / STATE)}}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    for path in (tmp / STATE, tmp / MANIFEST):
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest_tmp = root / f".latest-{os.getpid()}"
+    latest_tmp.write_text(final.name + "\n")
+    os.replace(latest_tmp, root / "latest")
+    for old in sorted(root.glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`CorruptCheckpointError` naming the file if ``path`` is not a complete, intact checkpoint."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError) as e:
+        raise CorruptCheckpointError(f"checkpoint {path}: unreadable {manifest_path} ({e})") from e
+    for name, digest in files.items():
+        file = path / name
+        if not file.is_file():
+            raise CorruptCheckpointError(f"checkpoint {path}: missing file {file}")
+        if _sha256(file) != digest:
+            raise CorruptCheckpointError(
+                f"checkpoint {path}: {file} does not match its SHA-256 in {manifest_path}"
+            )
+
+
+def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The newest checkpoint folder under ``root`` (``None`` if there is none)."""
+    root = Path(root)
+    pointer = root / "latest"
+    if pointer.is_file():
+        candidate = root / pointer.read_text().strip()
+        if candidate.is_dir():
+            return candidate
+    found = sorted(root.glob("step-*"))
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The verified state of checkpoint folder ``path``."""
+    verify_checkpoint(path)
+    return torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)

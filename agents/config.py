@@ -1,0 +1,100 @@
+"""The training run's configuration: a frozen dataclass, each default in one place (no torch import here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run depends on; each default lives here and only here.
+
+    Attributes:
+        env_id: A registered env id.
+        env_kwargs: Keyword arguments for ``gymnasium.make`` (e.g. ``{"difficulty": 2, "max_new_tokens": 48}``).
+        credit: Name of the credit module (``creditgym.credit.available()``).
+        credit_kwargs: Fields of the module's config that differ from its defaults.
+        model: ``"creditgym/tiny"``, a local Hugging Face folder, or a cached hub id.
+        steps: Optimizer steps (one rollout batch each).
+        seed: Seeds everything; step ``k`` draws from generators seeded with ``(seed, k)``.
+        prompts_per_step: ``P`` tasks per step.
+        group_size: ``G`` completions per task.
+        temperature, top_p: Sampling during training.
+        lr: Actor learning rate (AdamW).
+        critic_lr: Value-head learning rate (modules that train a critic).
+        weight_decay: AdamW weight decay of the actor.
+        epochs: Passes over each rollout batch.
+        minibatches: Minibatches per epoch (``epochs * minibatches`` optimizer updates per step).
+        clip_low, clip_high: The surrogate clips the ratio to ``[1 - clip_low, 1 + clip_high]``.
+        loss_agg: ``token-mean`` (default), ``seq-mean-token-mean`` or ``seq-mean-token-sum``.
+        kl_coef: Weight of the KL penalty to a frozen copy of the initial model (0 = no reference model).
+        kl_kind: ``k1``, ``k2`` or ``k3``.
+        entropy_coef: Weight of an entropy bonus (entropy is logged either way).
+        max_grad_norm: Gradient clipping of the actor.
+        eval_every: Held-out evaluation every this many steps (and at step 0 and at the end).
+        eval_episodes: Held-out episodes (greedy decoding, the env's test split).
+        checkpoint_every: Checkpoint every this many steps (and at exit).
+        device: ``cpu``, ``cuda``, or ``None`` (CUDA when available).
+    """
+
+    env_id: str = "creditgym/Math-v0"
+    env_kwargs: Mapping[str, Any] = field(default_factory=lambda: {"max_new_tokens": 48})
+    credit: str = "grpo"
+    credit_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    model: str = "creditgym/tiny"
+    steps: int = 60
+    seed: int = 0
+    prompts_per_step: int = 8
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    lr: float = 2e-4
+    critic_lr: float = 1e-3
+    weight_decay: float = 0.0
+    epochs: int = 1
+    minibatches: int = 2
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    loss_agg: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    eval_every: int = 20
+    eval_episodes: int = 200
+    checkpoint_every: int = 20
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        positive = (
+            "steps",
+            "prompts_per_step",
+            "group_size",
+            "epochs",
+            "minibatches",
+            "eval_every",
+            "eval_episodes",
+            "checkpoint_every",
+        )
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.loss_agg not in AGG_MODES:
+            raise ValueError(f"TrainConfig.loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
+        if self.kl_kind not in KL_KINDS:
+            raise ValueError(f"TrainConfig.kl_kind must be one of {KL_KINDS}, got {self.kl_kind!r}")
+        if not (self.lr > 0 and self.critic_lr > 0 and self.max_grad_norm > 0):
+            raise ValueError("TrainConfig: lr, critic_lr and max_grad_norm must be > 0")
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
+            raise ValueError(
+                f"TrainConfig: need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            )
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(
+                f"TrainConfig: temperature must be >= 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}"
+            )

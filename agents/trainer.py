@@ -1,0 +1,400 @@
+"""The training loop: rollouts -> verdicts -> credit -> clipped policy-gradient update. One file, top to bottom.
+
+Each step samples ``P`` prompts x ``G`` completions through the env's chunked steps, builds a
+:class:`~creditgym.credit.CreditBatch` from the episodes' ledgers, asks the credit module chosen by name for
+per-token advantages, and takes the clipped surrogate's gradient (plus the critic's for modules that train one).
+
+Every random draw of step ``k`` comes from generators seeded by ``(seed, k)``, and a checkpoint holds the model,
+the optimizers and the step, so ``--resume`` after a kill continues bit-for-bit from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from creditgym import credit as credit_registry
+from creditgym.agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from creditgym.agents.config import TrainConfig
+from creditgym.agents.loss import aggregate, kl_penalty, policy_loss, value_loss
+from creditgym.agents.policy import Policy, load_policy
+from creditgym.agents.rollout import Episode, RolloutStats, play, to_batch
+from creditgym.credit import CreditBatch
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def _step_seed(seed: int, step: int, stream: int) -> int:
+    return int(np.random.SeedSequence([seed, step, stream]).generate_state(1)[0])
+
+
+def _make_env(cfg: TrainConfig, **overrides: Any) -> gym.Env:
+    if cfg.env_id not in gym.registry:
+        from creditgym.envs import registered_ids
+
+        raise ValueError(f"unknown env id {cfg.env_id!r}; registered ids: {registered_ids()}")
+    return gym.make(cfg.env_id, **{**dict(cfg.env_kwargs), **overrides})
+
+
+def evaluate_policy(policy: Policy, cfg: TrainConfig, env: gym.Env, episodes: int) -> dict[str, float]:
+    """Greedy accuracy on ``episodes`` held-out tasks (the env's test split, reset with fixed seeds)."""
+    base = env.unwrapped
+    envs = []
+    for i in range(episodes):
+        base.reset(seed=10_000_000 + i)
+        envs.append(base.fork())
+    done = play(policy, envs, list(range(episodes)), temperature=0.0)
+    scored = [ep.reward for ep in done if ep.infra_error is None]
+    return {
+        "eval/accuracy": float(np.mean(scored)) if scored else float("nan"),
+        "eval/infra_errors": float(len(done) - len(scored)),
+    }
+
+
+class Trainer:
+    """Runs :class:`TrainConfig` into the folder ``out`` (metrics, TensorBoard, checkpoints, final model, plots)."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> None:
+        self.cfg, self.out = cfg, Path(out)
+        self.module = credit_registry.get(cfg.credit)  # unknown names list the known ones
+        self.credit_cfg = self.module.config(**dict(cfg.credit_kwargs))
+        self.env = _make_env(cfg)
+        self.eval_env = _make_env(cfg, split="test")
+        self.policy = load_policy(cfg.model, device=cfg.device, value_head=self.module.critic)
+        torch.manual_seed(cfg.seed)
+        self.optimizer = torch.optim.AdamW(
+            self.policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.critic_optimizer = (
+            torch.optim.AdamW(self.policy.value_head.parameters(), lr=cfg.critic_lr)
+            if self.policy.value_head is not None
+            else None
+        )
+        self.reference = (
+            copy.deepcopy(self.policy.model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        )
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self.samples: list[dict[str, Any]] = []  # a few responses of the last step with their advantages
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self._resume()
+        else:
+            for stale in ("metrics.jsonl",):
+                (self.out / stale).unlink(missing_ok=True)
+        (self.out / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=dict) + "\n")
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "model": self.policy.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "value_head": None if self.policy.value_head is None else self.policy.value_head.state_dict(),
+            "critic_optimizer": None if self.critic_optimizer is None else self.critic_optimizer.state_dict(),
+            "config": asdict(self.cfg),
+            "history": self.history,
+        }
+
+    def save_checkpoint(self) -> Path:
+        return save_checkpoint(self.out / "checkpoints", self.step, self._state())
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.out / "checkpoints")
+        if path is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        state = load_checkpoint(path)  # refuses a corrupted checkpoint, naming the file
+        self.policy.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.policy.value_head is not None and state["value_head"] is not None:
+            self.policy.value_head.load_state_dict(state["value_head"])
+            assert self.critic_optimizer is not None
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        # The killed run may have logged steps after its last checkpoint: keep only what the checkpoint knows.
+        (self.out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
+        print(f"[creditgym] resumed from {path} at step {self.step}")
+
+    # -- one step ------------------------------------------------------------------------------------------------
+
+    def train_step(self) -> dict[str, float]:
+        cfg, step = self.cfg, self.step
+        t_start = time.perf_counter()
+        rng = np.random.default_rng(_step_seed(cfg.seed, step, 0))
+        generator = torch.Generator(device=self.policy.device).manual_seed(_step_seed(cfg.seed, step, 1))
+
+        # 1. rollouts: P tasks x G completions, every group forked from one reset so it shares its task
+        base = self.env.unwrapped
+        envs, groups = [], []
+        for p in range(cfg.prompts_per_step):
+            base.reset(seed=int(rng.integers(2**31)))
+            envs += [base.fork() for _ in range(cfg.group_size)]
+            groups += [p] * cfg.group_size
+        stats = RolloutStats()
+        try:
+            episodes = play(
+                self.policy,
+                envs,
+                groups,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                generator=generator,
+                stats=stats,
+            )
+        except RuntimeError as err:  # sampling from NaN/inf probabilities: the weights have diverged
+            if "inf" not in str(err) and "nan" not in str(err):
+                raise
+            raise TrainingDiverged(
+                f"step {step + 1}: the policy's next-token probabilities are not finite ({err}); stopping. The "
+                f"last good checkpoint is kept under {self.out / 'checkpoints'}: lower --lr"
+            ) from err
+        # infrastructure faults (a dead verifier, an unreachable engine) are dropped, never scored as 0
+        kept = [ep for ep in episodes if ep.infra_error is None]
+        metrics: dict[str, float] = {
+            "step": float(step + 1),
+            "rollout/reward": float(np.mean([ep.reward for ep in kept])) if kept else float("nan"),
+            "rollout/accuracy": float(np.mean([ep.reward >= 1.0 for ep in kept])) if kept else float("nan"),
+            "rollout/response_tokens": stats.policy_tokens / max(len(episodes), 1),
+            "rollout/infra_errors_dropped": float(len(episodes) - len(kept)),
+            "time/generate_s": stats.generate_s,
+            "time/env_verify_s": stats.env_s,
+        }
+        if not kept:
+            return metrics
+        batch = to_batch(kept, self.policy.pad_token_id)
+        device = self.policy.device
+        ids, att, mask = (
+            batch.input_ids.to(device),
+            batch.attention_mask.to(device),
+            batch.policy_mask.to(device),
+        )
+        old_lp = batch.old_logprobs.to(device)
+
+        # 2. signals the credit module declared (only those), batched, without gradients
+        t0 = time.perf_counter()
+        values = None
+        if "values" in self.module.signals:
+            with torch.no_grad():
+                values = self.policy.forward_logprobs(
+                    ids, att, return_entropy=False, return_values=True
+                ).values
+        ref_lp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_lp = _reference_logprobs(self.reference, ids, att)
+        metrics["time/signals_s"] = time.perf_counter() - t0
+
+        # 3. credit: per-token advantages from the module chosen by name
+        t0 = time.perf_counter()
+        credit_batch = CreditBatch(
+            token_rewards=batch.token_rewards.to(device),
+            policy_mask=mask,
+            group_ids=batch.group_ids.to(device),
+            old_logprobs=old_lp,
+            segment_ids=batch.segment_ids.to(device),
+            values=values,
+            step=step,
+            total_steps=cfg.steps,
+        )
+        credit_out = self.module(credit_batch, self.credit_cfg)
+        advantages = credit_out.advantages.detach()
+        metrics["time/credit_s"] = time.perf_counter() - t0
+        metrics.update(credit_out.metrics)
+        self._keep_samples(kept, batch, advantages)
+
+        # 4. clipped policy-gradient update (and the critic's, for modules that train one)
+        t0 = time.perf_counter()
+        order = torch.from_numpy(rng.permutation(len(kept)))
+        accum: dict[str, list[float]] = {}
+        for _ in range(cfg.epochs):
+            for rows in torch.tensor_split(order, min(cfg.minibatches, len(kept))):
+                rows = rows.to(device)
+                m = mask[rows]
+                fwd = self.policy.forward_logprobs(
+                    ids[rows],
+                    att[rows],
+                    return_entropy=True,
+                    return_values=self.policy.value_head is not None,
+                )
+                loss, pg_metrics = policy_loss(
+                    fwd.logprobs,
+                    old_lp[rows],
+                    advantages[rows],
+                    m,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    agg=cfg.loss_agg,
+                )
+                entropy = aggregate(fwd.entropies, m, cfg.loss_agg)
+                loss = loss - cfg.entropy_coef * entropy
+                if ref_lp is not None:
+                    kl = aggregate(
+                        kl_penalty(fwd.logprobs, ref_lp[rows], m, kind=cfg.kl_kind), m, cfg.loss_agg
+                    )
+                    loss = loss + cfg.kl_coef * kl
+                    pg_metrics["actor/kl_ref"] = kl.item()
+                if not torch.isfinite(loss):
+                    raise TrainingDiverged(
+                        f"step {step + 1}: the policy loss is {loss.item()}; stopping. The last good checkpoint is "
+                        f"kept under {self.out / 'checkpoints'}: lower --lr or check the rewards"
+                    )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    raise TrainingDiverged(
+                        f"step {step + 1}: the gradient norm is {grad_norm.item()}; stopping before the update. "
+                        f"The last good checkpoint is kept under {self.out / 'checkpoints'}: lower --lr"
+                    )
+                self.optimizer.step()
+                pg_metrics.update({"actor/entropy": entropy.item(), "actor/grad_norm": grad_norm.item()})
+                if self.critic_optimizer is not None and credit_out.returns is not None:
+                    v_loss, v_metrics = value_loss(fwd.values, credit_out.returns[rows].detach(), m)
+                    self.critic_optimizer.zero_grad(set_to_none=True)
+                    v_loss.backward()
+                    self.critic_optimizer.step()
+                    pg_metrics.update(v_metrics)
+                for k, v in pg_metrics.items():
+                    accum.setdefault(k, []).append(float(v))
+        metrics.update({k: float(np.mean(v)) for k, v in accum.items()})
+        metrics["time/backward_s"] = time.perf_counter() - t0
+        metrics["time/step_s"] = time.perf_counter() - t_start
+        metrics["rollout/tokens_per_s"] = stats.policy_tokens / max(stats.generate_s, 1e-9)
+        return metrics
+
+    def _keep_samples(self, kept: list[Episode], batch: Any, advantages: torch.Tensor, n: int = 6) -> None:
+        rewards = np.array([ep.reward for ep in kept])
+        picks = list(np.argsort(-rewards, kind="stable")[: n // 2]) + list(
+            np.argsort(rewards, kind="stable")[: n // 2]
+        )
+        self.samples = []
+        for row in dict.fromkeys(int(i) for i in picks):
+            m = batch.policy_mask[row]
+            token_ids = batch.input_ids[row][m].tolist()
+            self.samples.append(
+                {
+                    "reward": float(rewards[row]),
+                    "tokens": [self.policy.tokenizer.decode([t]) for t in token_ids],
+                    "advantages": advantages[row][m.to(advantages.device)].float().cpu().tolist(),
+                }
+            )
+
+    # -- the run -------------------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        from creditgym.agents.progress import RunProgress
+
+        cfg = self.cfg
+        writer = _tensorboard(self.out / "tensorboard")
+        first_eval = None
+        if self.step == 0:
+            first_eval = evaluate_policy(self.policy, cfg, self.eval_env, cfg.eval_episodes)
+            self._log({"step": 0.0, **first_eval}, writer)
+        stop = _GracefulStop()  # Ctrl-C / SIGTERM: finish the current step, checkpoint, exit
+        with RunProgress(total=cfg.steps, start=self.step) as progress, stop:
+            try:
+                while self.step < cfg.steps and not stop.requested:
+                    metrics = self.train_step()
+                    self.step += 1
+                    if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
+                        metrics.update(evaluate_policy(self.policy, cfg, self.eval_env, cfg.eval_episodes))
+                    self._log(metrics, writer)
+                    progress.update(self.step, metrics)
+                    if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps or stop.requested:
+                        self.save_checkpoint()
+            finally:
+                if writer is not None:
+                    writer.close()
+        if stop.requested:
+            raise KeyboardInterrupt(f"stopped at step {self.step}; resume with --resume (checkpoint saved)")
+        self.policy.save(self.out / "final")
+        summary = self._summary(first_eval)
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        from creditgym.agents.plots import credit_html, credit_png, curves_png
+
+        curves_png(self.history, self.out / "curves.png", title=f"{cfg.credit} on {cfg.env_id}")
+        credit_html(self.samples, self.out / "credit.html", title=f"{cfg.credit}: per-token advantages")
+        credit_png(self.samples, self.out / "credit.png", title=f"{cfg.credit}: per-token advantages")
+        return summary
+
+    def _log(self, metrics: dict[str, float], writer: Any) -> None:
+        clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
+        self.history.append(clean)  # type: ignore[arg-type]
+        with (self.out / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(clean) + "\n")
+        if writer is not None:
+            step = int(metrics.get("step", self.step))
+            for k, v in metrics.items():
+                if k != "step" and math.isfinite(float(v)):
+                    writer.add_scalar(k, float(v), step)
+
+    def _summary(self, first_eval: dict[str, float] | None) -> dict[str, Any]:
+        evals = [(m["step"], m["eval/accuracy"]) for m in self.history if m.get("eval/accuracy") is not None]
+        return {
+            "env_id": self.cfg.env_id,
+            "credit": self.cfg.credit,
+            "steps": self.step,
+            "seed": self.cfg.seed,
+            "eval_before": evals[0][1] if evals else None,
+            "eval_after": evals[-1][1] if evals else None,
+            "eval_curve": evals,
+            "out": str(self.out),
+        }
+
+
+class _GracefulStop:
+    """While active, the first SIGINT/SIGTERM only sets ``requested``; a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"[creditgym] signal {signum}: finishing this step, then checkpointing (again to abort now)")
+
+    def __enter__(self) -> _GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _reference_logprobs(model: torch.nn.Module, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    position_ids = (att.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids, use_cache=False).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(lp, (1, 0))
+
+
+def _tensorboard(path: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is a core dependency; a broken install only loses the event files
+        return None
+    return SummaryWriter(str(path))
+
+
+def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> dict[str, Any]:
+    """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve)."""
+    return Trainer(cfg, out, resume=resume).run()

@@ -1,0 +1,75 @@
+"""The bundled tiny model (``agents/tiny/``): a plain Hugging Face folder, small, and middling at Math-v0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from creditgym.agents.policy import bundled_model_path, load_policy
+from creditgym.envs.math import MathEnv
+from creditgym.envs.math_tasks import DEFAULT_LEVEL, ProceduralMath, last_boxed
+from creditgym.envs.tokenizer import load_tokenizer
+
+FILES = (
+    "config.json",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "info.json",
+)
+GREEDY_FLOOR = 0.30  # measured: 0.55 greedy on 200 held-out problems, 0.50 on these 50
+
+
+def test_folder_is_complete_and_small() -> None:
+    folder = bundled_model_path()
+    for name in FILES:
+        assert (folder / name).is_file(), f"{name} missing from {folder}"
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    assert size < 10 * 2**20, f"{folder} holds {size / 2**20:.1f} MiB (limit 10)"
+    info = json.loads((folder / "info.json").read_text())
+    assert {"command", "seed", "steps", "evaluation"} <= set(info)
+    assert 0.3 <= info["evaluation"]["sampled_temperature_1"]["accuracy"] <= 0.6
+
+
+def test_loads_with_plain_transformers_and_matches_the_env_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = bundled_model_path()
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 1_000_000 <= n_params <= 5_000_000
+    assert model.config.tie_word_embeddings and model.config.vocab_size == len(tok) == 2048
+    env_tok = load_tokenizer()
+    text = "What is 86 + 67?\nPut your final answer within \\boxed{}.<|im_end|>"
+    assert tok(text)["input_ids"] == env_tok(text)["input_ids"]
+    assert tok.eos_token_id == env_tok.eos_token_id and tok.pad_token_id == env_tok.pad_token_id
+    messages = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
+        env_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    )
+
+
+def test_greedy_accuracy_on_held_out_problems_is_above_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(2)
+    policy = load_policy("creditgym/tiny", device="cpu")
+    env = MathEnv(policy.tokenizer)
+    tasks = list(ProceduralMath(DEFAULT_LEVEL, "test").take(50, seed=0))
+    out = policy.sample([env.prompt_tokens(t) for t in tasks], max_new_tokens=64, temperature=0.0)
+    texts = [policy.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+    boxed = [last_boxed(text) for text in texts]
+    correct = [
+        b is not None and text[b[0] : b[1]].strip() == t.answer
+        for b, text, t in zip(boxed, texts, tasks, strict=True)
+    ]
+    accuracy = sum(correct) / len(tasks)
+    assert sum(out.stopped) >= 0.9 * len(tasks), "responses should end with <|im_end|>"
+    assert all(b is not None for b in boxed), "every response should hold a \\boxed{} answer"
+    assert accuracy > GREEDY_FLOOR, f"greedy accuracy {accuracy:.2f} on 50 held-out problems"
+    assert accuracy < 0.9, (
+        f"greedy accuracy {accuracy:.2f}: the bundled model should leave RL room to improve"
+    )

@@ -1,0 +1,189 @@
+"""The training loop: masks, resume after kill -9, corrupted checkpoints, NaN, OOM back-off, bad names."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from creditgym.agents.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint
+from creditgym.agents.config import TrainConfig
+from creditgym.agents.loss import policy_loss
+from creditgym.agents.rollout import RolloutStats, sample_with_oom_backoff, to_batch
+from creditgym.agents.trainer import Trainer, TrainingDiverged
+
+SMALL = dict(
+    steps=4,
+    prompts_per_step=2,
+    group_size=4,
+    eval_every=2,
+    eval_episodes=8,
+    checkpoint_every=2,
+    env_kwargs={"max_new_tokens": 24},
+)
+
+
+def _metrics(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in r.items() if not k.startswith("time/") and "tokens_per_s" not in k} for r in rows
+    ]
+
+
+def test_prompt_and_env_tokens_never_receive_gradient(tmp_path: Path) -> None:
+    trainer = Trainer(TrainConfig(**SMALL), tmp_path)
+    from creditgym.agents.rollout import play
+
+    base = trainer.env.unwrapped
+    base.reset(seed=0)
+    envs = [base.fork() for _ in range(3)]
+    batch = to_batch(play(trainer.policy, envs, [0, 0, 0], temperature=1.0), trainer.policy.pad_token_id)
+    adv = torch.randn(batch.policy_mask.shape) * batch.policy_mask
+
+    def grads(old: torch.Tensor, advantages: torch.Tensor) -> list[torch.Tensor]:
+        trainer.policy.model.zero_grad(set_to_none=True)
+        fwd = trainer.policy.forward_logprobs(batch.input_ids, batch.attention_mask)
+        loss, _ = policy_loss(fwd.logprobs, old, advantages, batch.policy_mask)
+        loss.backward()
+        return [p.grad.clone() for p in trainer.policy.model.parameters() if p.grad is not None]
+
+    reference = grads(batch.old_logprobs, adv)
+    off = ~batch.policy_mask
+    noisy_old = batch.old_logprobs + off * torch.randn(off.shape) * 5
+    noisy_adv = adv + off * torch.randn(off.shape) * 5
+    for a, b in zip(reference, grads(noisy_old, noisy_adv), strict=True):
+        assert torch.equal(a, b)
+    fwd = trainer.policy.forward_logprobs(batch.input_ids, batch.attention_mask)
+    fwd.logprobs.retain_grad()
+    loss, _ = policy_loss(fwd.logprobs, batch.old_logprobs, adv, batch.policy_mask)
+    loss.backward()
+    assert torch.all(fwd.logprobs.grad[off] == 0) and torch.any(fwd.logprobs.grad[batch.policy_mask] != 0)
+
+
+def _train_cmd(out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "creditgym.cli",
+        "train",
+        "--out",
+        str(out),
+        "--steps",
+        "4",
+        "--seed",
+        "3",
+        "--prompts-per-step",
+        "2",
+        "--group-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--eval-episodes",
+        "8",
+        "--checkpoint-every",
+        "2",
+        "--max-new-tokens",
+        "24",
+        *extra,
+    ]
+
+
+def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert subprocess.run(_train_cmd(full), capture_output=True, timeout=600).returncode == 0
+    proc = subprocess.Popen(_train_cmd(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline:  # wait until step 3 is logged: past the step-2 checkpoint, before step 4
+        metrics = killed / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert latest_checkpoint(killed / "checkpoints").name == "step-000002"
+    res = subprocess.run(_train_cmd(killed, "--resume"), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "resumed from" in res.stdout
+    assert _metrics(killed) == _metrics(full)  # bit-for-bit: every logged number of every step
+
+
+def test_corrupted_checkpoint_is_refused_and_named(tmp_path: Path) -> None:
+    assert subprocess.run(_train_cmd(tmp_path), capture_output=True, timeout=600).returncode == 0
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    state = ckpt / "state.pt"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=str(state)):
+        load_checkpoint(ckpt)
+    res = subprocess.run(
+        _train_cmd(tmp_path, "--resume", "--steps", "6"), capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode != 0 and "state.pt" in res.stderr and "SHA-256" in res.stderr
+    assert state.read_bytes() == bytes(data)  # untouched: nothing overwrote it
+
+
+def test_nan_loss_stops_clearly_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
+    trainer = Trainer(TrainConfig(**SMALL), tmp_path)
+    trainer.step = 1
+    good = trainer.save_checkpoint()
+    with torch.no_grad():
+        next(trainer.policy.model.parameters()).fill_(float("nan"))
+    with pytest.raises(TrainingDiverged, match="checkpoint"):
+        trainer.train_step()
+    assert latest_checkpoint(tmp_path / "checkpoints") == good
+    load_checkpoint(good)  # still intact
+
+
+class _SmallMemoryBackend:
+    """A real generation backend that runs out of memory above a batch size, like a GPU would."""
+
+    def __init__(self, inner, limit: int) -> None:
+        self.inner, self.limit, self.max_batch_size, self.calls = inner, limit, None, []
+
+    def generate(self, prompts, **kwargs):
+        size = self.max_batch_size or len(prompts)
+        self.calls.append(size)
+        if size > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        out = []
+        for i in range(0, len(prompts), size):
+            out += self.inner.generate(prompts[i : i + size], **kwargs)
+        return out
+
+    def sync_weights(self, model) -> None:
+        pass
+
+
+def test_out_of_memory_on_generation_halves_the_batch(tmp_path: Path, capsys) -> None:
+    trainer = Trainer(TrainConfig(**SMALL), tmp_path)
+    policy = trainer.policy
+    policy.backend = _SmallMemoryBackend(policy.backend, limit=2)
+    stats = RolloutStats()
+    prompts = [[1, 2, 3]] * 8
+    out = sample_with_oom_backoff(policy, prompts, stats, max_new_tokens=4, temperature=1.0)
+    assert len(out.tokens) == 8 and stats.halved_batch == [4, 2] and policy.backend.calls[:3] == [8, 4, 2]
+    assert "halving the generation batch to 2" in capsys.readouterr().out
+
+
+def test_bad_names_are_listed(tmp_path: Path) -> None:
+    res = subprocess.run(
+        _train_cmd(tmp_path, "--credit", "magic"), capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode != 0 and "magic" in res.stderr and "grpo" in res.stderr and "rloo" in res.stderr
+    res = subprocess.run(
+        _train_cmd(tmp_path, "--env", "creditgym/Nope-v0"), capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode != 0 and "creditgym/Math-v0" in res.stderr
+    missing = tmp_path / "no-such-model"
+    res = subprocess.run(
+        _train_cmd(tmp_path, "--model", str(missing)), capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode != 0 and str(missing) in res.stderr
