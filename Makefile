@@ -23,10 +23,9 @@ $(VENV)/.dev: $(VENV)/.core pyproject.toml
 install: $(VENV)/.core
 install-dev: $(VENV)/.dev
 
-## The main job: score the Math env with a scripted oracle and a random agent (training comes with issue 3).
+## The main job: train the bundled tiny model on Math-v0 with the default credit module (grpo), on the CPU.
 run: install
-	$(BIN)/creditgym eval --env creditgym/Math-v0 --agent oracle --episodes 100 --out runs/eval-oracle
-	$(BIN)/creditgym eval --env creditgym/Math-v0 --agent random --episodes 100 --out runs/eval-random
+	$(BIN)/creditgym train --env creditgym/Math-v0 --credit grpo --model creditgym/tiny --steps 100 --seed 0 --out runs/train-math-grpo
 
 ## A Docker engine that answers, and the local base image (Debian's docker.io + debootstrap, no registry).
 engine:

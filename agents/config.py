@@ -40,6 +40,8 @@ class TrainConfig:
         eval_episodes: Held-out episodes (greedy decoding, the env's test split).
         checkpoint_every: Checkpoint every this many steps (and at exit).
         device: ``cpu``, ``cuda``, or ``None`` (CUDA when available).
+        backend: Who samples: ``hf`` (Hugging Face ``generate``, CPU or GPU) or ``vllm`` (GPU, the ``gpu`` extra;
+            the trainer's weights are synced into it after every step).
     """
 
     env_id: str = "creditgym/Math-v0"
@@ -53,7 +55,7 @@ class TrainConfig:
     group_size: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
-    lr: float = 2e-4
+    lr: float = 5e-5
     critic_lr: float = 1e-3
     weight_decay: float = 0.0
     epochs: int = 1
@@ -69,6 +71,7 @@ class TrainConfig:
     eval_episodes: int = 200
     checkpoint_every: int = 20
     device: str | None = None
+    backend: str = "hf"
 
     def __post_init__(self) -> None:
         positive = (
@@ -84,6 +87,8 @@ class TrainConfig:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.backend not in ("hf", "vllm"):
+            raise ValueError(f"TrainConfig.backend must be 'hf' or 'vllm', got {self.backend!r}")
         if self.loss_agg not in AGG_MODES:
             raise ValueError(f"TrainConfig.loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
         if self.kl_kind not in KL_KINDS:

@@ -12,7 +12,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from creditgym.agents.scripted import Agent
+from creditgym.agents.rollout import play
+from creditgym.agents.scripted import SCRIPTED, Agent
 
 
 @dataclass
@@ -25,7 +26,6 @@ class EpisodeRecord:
     truncated: bool
     infra_error: str | None
     policy_tokens: int
-    seconds: float
     response: str
 
 
@@ -37,6 +37,7 @@ class Report:
     accuracy: float  # mean reward over episodes without an infra error
     infra_errors: int
     statuses: dict[str, int]
+    seconds: float
     records: list[EpisodeRecord] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -46,43 +47,62 @@ class Report:
         rows = "\n".join(f"| {k} | {v} |" for k, v in sorted(self.statuses.items()))
         return (
             f"# {self.agent} on {self.env_id}\n\n"
-            f"| episodes | accuracy | infra errors |\n|---|---|---|\n"
-            f"| {self.episodes} | {self.accuracy:.3f} | {self.infra_errors} |\n\n"
+            f"| episodes | accuracy | infra errors | seconds |\n|---|---|---|---|\n"
+            f"| {self.episodes} | {self.accuracy:.3f} | {self.infra_errors} | {self.seconds:.1f} |\n\n"
             f"| status | episodes |\n|---|---|\n{rows}\n"
         )
 
 
+def make_agent(spec: str, *, device: str | None = None) -> Agent:
+    """``oracle``, ``random``, or ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy decoding)."""
+    if spec in SCRIPTED:
+        return SCRIPTED[spec]()
+    if spec.startswith("hf:"):
+        from creditgym.agents.policy import load_policy
+        from creditgym.agents.rollout import PolicyAgent
+
+        agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
+        agent.name = spec
+        return agent
+    raise ValueError(f"unknown agent {spec!r}; known agents: {sorted(SCRIPTED)} or hf:PATH")
+
+
 def evaluate(
-    env_id: str, agent: Agent, episodes: int, *, seed: int = 0, env_kwargs: dict | None = None
+    env_id: str,
+    agent: Agent,
+    episodes: int,
+    *,
+    seed: int = 0,
+    env_kwargs: dict | None = None,
+    batch: int = 64,
 ) -> Report:
-    """Play ``episodes`` episodes of ``env_id`` with ``agent``; episode ``i`` is reset with seed ``seed + i``."""
+    """Play ``episodes`` episodes of ``env_id``; episode ``i`` is reset with seed ``seed + i``, ``batch`` at a time."""
     env = gym.make(env_id, **(env_kwargs or {}))
+    base = env.unwrapped
     rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
     records = []
     try:
-        for i in range(episodes):
-            t0 = time.perf_counter()
-            _, reset_info = env.reset(seed=seed + i)
-            total, info, terminated, truncated = 0.0, {}, False, False
-            while not (terminated or truncated):
-                tokens = agent.respond(env.unwrapped, rng)
-                _, reward, terminated, truncated, info = env.step(tokens)
-                total += float(reward)
-            base = env.unwrapped
-            records.append(
-                EpisodeRecord(
-                    index=i,
-                    task_id=str(reset_info.get("task_id", i)),
-                    reward=total,
-                    status=str(info.get("status", "unknown")),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated),
-                    infra_error=info.get("infra_error"),
-                    policy_tokens=int(base.ledger.policy_mask.sum()),
-                    seconds=time.perf_counter() - t0,
-                    response=str(info.get("response", "")),
+        for lo in range(0, episodes, batch):
+            envs, task_ids = [], []
+            for i in range(lo, min(lo + batch, episodes)):
+                _, info = base.reset(seed=seed + i)
+                envs.append(base.fork())
+                task_ids.append(str(info.get("task_id", i)))
+            for j, ep in enumerate(play(agent, envs, list(range(len(envs))), rng=rng)):
+                records.append(
+                    EpisodeRecord(
+                        index=lo + j,
+                        task_id=task_ids[j],
+                        reward=ep.reward,
+                        status=str(ep.info.get("status", "unknown")),
+                        terminated=ep.terminated,
+                        truncated=ep.truncated,
+                        infra_error=ep.infra_error,
+                        policy_tokens=int(ep.env.ledger.policy_mask.sum()),
+                        response=str(ep.info.get("response", "")),
+                    )
                 )
-            )
     finally:
         env.close()
     scored = [r.reward for r in records if r.infra_error is None]
@@ -93,6 +113,7 @@ def evaluate(
         accuracy=float(np.mean(scored)) if scored else float("nan"),
         infra_errors=len(records) - len(scored),
         statuses=dict(Counter(r.status for r in records)),
+        seconds=time.perf_counter() - t0,
         records=records,
     )
 

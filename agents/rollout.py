@@ -73,46 +73,76 @@ def sample_with_oom_backoff(policy: Any, prompts: list[list[int]], stats: Rollou
                 torch.cuda.empty_cache()
 
 
+class PolicyAgent:
+    """Samples every active episode's next turn from a :class:`~creditgym.agents.policy.Policy`, in one batch.
+
+    Args:
+        policy: The policy.
+        temperature: 0 = greedy.
+        top_p: Nucleus mass.
+        generator: Seeded generator for reproducible sampling.
+        stats: Where generation time and out-of-memory halvings are counted.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+        stats: RolloutStats | None = None,
+    ) -> None:
+        self.name = "policy"
+        self.policy, self.temperature, self.top_p, self.generator = policy, temperature, top_p, generator
+        self.stats = stats or RolloutStats()
+
+    def respond_batch(
+        self, envs: Sequence[TokenEnv], rng: np.random.Generator
+    ) -> tuple[list[list[int]], list[torch.Tensor] | None]:
+        t0 = time.perf_counter()
+        out = sample_with_oom_backoff(
+            self.policy,
+            [env.ledger.token_id.tolist() for env in envs],
+            self.stats,
+            max_new_tokens=max(env.max_new_tokens - env._turn_tokens for env in envs),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop_token_ids=envs[0].stop_token_ids,
+            generator=self.generator,
+        )
+        self.stats.generate_s += time.perf_counter() - t0
+        return out.tokens, out.logprobs
+
+
 def play(
-    policy: Any,
+    agent: Any,
     envs: Sequence[TokenEnv],
     groups: Sequence[int],
     *,
-    temperature: float,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
+    rng: np.random.Generator | None = None,
     stats: RolloutStats | None = None,
 ) -> list[Episode]:
-    """Play every (already reset) env to its end, all turns, sampling each turn for all active envs in one batch.
+    """Play every (already reset) env to its end, all turns; each turn of all active envs is one agent call.
 
-    The behaviour log-probs of every policy token are written into each env's ledger (``ledger.logprob``).
+    ``agent.respond_batch(envs, rng)`` returns each env's turn tokens and, for a policy, their behaviour
+    log-probs, which are written into the ledgers (``ledger.logprob``).
     """
-    stats = stats or RolloutStats()
+    stats = stats if stats is not None else getattr(agent, "stats", None) or RolloutStats()
+    rng = rng if rng is not None else np.random.default_rng(0)
     done: dict[int, Episode] = {}
     active = [i for i, env in enumerate(envs) if not env.done]
     while active:
-        prompts = [envs[i].ledger.token_id.tolist() for i in active]
-        budget = max(envs[i].max_new_tokens - envs[i]._turn_tokens for i in active)
-        t0 = time.perf_counter()
-        out = sample_with_oom_backoff(
-            policy,
-            prompts,
-            stats,
-            max_new_tokens=budget,
-            temperature=temperature,
-            top_p=top_p,
-            stop_token_ids=envs[active[0]].stop_token_ids,
-            generator=generator,
-        )
-        stats.generate_s += time.perf_counter() - t0
+        tokens, logprobs = agent.respond_batch([envs[i] for i in active], rng)
         t0 = time.perf_counter()
         still = []
-        for i, tokens, logprobs in zip(active, out.tokens, out.logprobs, strict=True):
+        for j, i in enumerate(active):
             env = envs[i]
             start = env.ledger.n
-            _, _, term, trunc, info = env.step_chunk(np.asarray(tokens, dtype=np.int64))
+            _, _, term, trunc, info = env.step_chunk(np.asarray(tokens[j], dtype=np.int64))
             k = info["n_consumed"]
-            env.ledger.logprob[start : start + k] = logprobs[:k].numpy()
+            if logprobs is not None:
+                env.ledger.logprob[start : start + k] = logprobs[j][:k].numpy()
             stats.policy_tokens += k
             if term or trunc:
                 done[i] = Episode(env, int(groups[i]), info, bool(term), bool(trunc))

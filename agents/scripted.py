@@ -2,22 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from creditgym.envs.core import TokenEnv
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 class Agent(Protocol):
-    """Writes the policy tokens of the current turn of a token-level env."""
+    """Writes the next turn of several token-level episodes at once.
+
+    ``respond_batch`` returns each env's turn tokens and, for a sampling policy, their behaviour log-probs
+    (``None`` for scripted agents).
+    """
 
     name: str
 
-    def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray: ...
+    def respond_batch(
+        self, envs: Sequence[TokenEnv], rng: np.random.Generator
+    ) -> tuple[list[list[int]], list[Tensor] | None]: ...
 
 
-class OracleAgent:
+class _OneByOne:
+    """Scripted agents answer each env on its own."""
+
+    def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    def respond_batch(
+        self, envs: Sequence[TokenEnv], rng: np.random.Generator
+    ) -> tuple[list[list[int]], None]:
+        return [self.respond(env, rng).tolist() for env in envs], None
+
+
+class OracleAgent(_OneByOne):
     """Writes the env's known-correct response (``env.oracle_response()``) followed by the stop token."""
 
     name = "oracle"
@@ -30,7 +52,7 @@ class OracleAgent:
         return np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64)
 
 
-class RandomAgent:
+class RandomAgent(_OneByOne):
     """Uniformly random token ids until the stop token or the budget: the floor any learner must beat."""
 
     name = "random"

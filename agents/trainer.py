@@ -29,7 +29,7 @@ from creditgym.agents.checkpoint import latest_checkpoint, load_checkpoint, save
 from creditgym.agents.config import TrainConfig
 from creditgym.agents.loss import aggregate, kl_penalty, policy_loss, value_loss
 from creditgym.agents.policy import Policy, load_policy
-from creditgym.agents.rollout import Episode, RolloutStats, play, to_batch
+from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play, to_batch
 from creditgym.credit import CreditBatch
 
 
@@ -56,7 +56,7 @@ def evaluate_policy(policy: Policy, cfg: TrainConfig, env: gym.Env, episodes: in
     for i in range(episodes):
         base.reset(seed=10_000_000 + i)
         envs.append(base.fork())
-    done = play(policy, envs, list(range(episodes)), temperature=0.0)
+    done = play(PolicyAgent(policy, temperature=0.0), envs, list(range(episodes)))
     scored = [ep.reward for ep in done if ep.infra_error is None]
     return {
         "eval/accuracy": float(np.mean(scored)) if scored else float("nan"),
@@ -74,6 +74,13 @@ class Trainer:
         self.env = _make_env(cfg)
         self.eval_env = _make_env(cfg, split="test")
         self.policy = load_policy(cfg.model, device=cfg.device, value_head=self.module.critic)
+        if cfg.backend == "vllm":
+            from creditgym.agents.backends import VLLMBackend
+
+            folder = self.policy.save(
+                self.out / "vllm-init"
+            )  # vLLM starts from a folder; then weights by sync
+            self.policy.backend = VLLMBackend(folder, seed=cfg.seed)
         torch.manual_seed(cfg.seed)
         self.optimizer = torch.optim.AdamW(
             self.policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
@@ -146,15 +153,10 @@ class Trainer:
             groups += [p] * cfg.group_size
         stats = RolloutStats()
         try:
-            episodes = play(
-                self.policy,
-                envs,
-                groups,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                generator=generator,
-                stats=stats,
+            agent = PolicyAgent(
+                self.policy, temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, stats=stats
             )
+            episodes = play(agent, envs, groups, rng=rng, stats=stats)
         except RuntimeError as err:  # sampling from NaN/inf probabilities: the weights have diverged
             if "inf" not in str(err) and "nan" not in str(err):
                 raise
@@ -271,6 +273,7 @@ class Trainer:
                 for k, v in pg_metrics.items():
                     accum.setdefault(k, []).append(float(v))
         metrics.update({k: float(np.mean(v)) for k, v in accum.items()})
+        self.policy.backend.sync_weights(self.policy.model)  # vLLM samples the next step from the new weights
         metrics["time/backward_s"] = time.perf_counter() - t0
         metrics["time/step_s"] = time.perf_counter() - t_start
         metrics["rollout/tokens_per_s"] = stats.policy_tokens / max(stats.generate_s, 1e-9)

@@ -171,7 +171,7 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
         trained on). Stepping after the end raises :class:`gymnasium.error.ResetNeeded`.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012
 
     def __init__(
         self,

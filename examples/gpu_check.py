@@ -13,7 +13,8 @@ and prints generated tokens/s, the time of each phase, and two sanity numbers: t
 behaviour log-probs and a fresh teacher-forced pass before the update (must be ~0), and, for vLLM, the share of
 greedy responses identical to HF's after a sync (shows the sync took: bf16 kernels differ, so not always 100%).
 
-The trainer does not exist yet; this only measures the pieces it will use. Without CUDA it exits with status 2.
+Then it runs a short real training (``creditgym train``'s loop, ``--train-steps`` steps) with each backend and prints
+its rollout tokens/s and step time. Without CUDA it exits with status 2.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from pathlib import Path
 import torch
 
 from creditgym.agents.backends import HFBackend, VLLMBackend
+from creditgym.agents.config import TrainConfig
 from creditgym.agents.policy import Policy, load_policy
+from creditgym.agents.trainer import Trainer
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import DEFAULT_LEVEL, ProceduralMath, last_boxed
 
@@ -44,6 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backends", default="hf,vllm", help="comma-separated: hf, vllm")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--train-steps", type=int, default=4, help="steps of the real training loop per backend")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="vLLM's share of GPU memory")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
@@ -189,6 +193,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["greedy_agreement_with_hf"] = agree
             print(f"[vllm] greedy responses identical to HF generate after sync: {agree:.1%}")
         del policy
+        torch.cuda.empty_cache()
+    for name in backends:
+        if isinstance(results.get(name), str):
+            continue
+        cfg = TrainConfig(
+            backend=name, device="cuda", steps=args.train_steps, eval_episodes=32, model=args.model
+        )
+        trainer = Trainer(cfg, workdir / f"train-{name}")
+        rows = []
+        for _ in range(cfg.steps):
+            rows.append(trainer.train_step())
+            trainer.step += 1
+        timed = rows[1:] or rows  # the first step includes warm-up
+        summary = {
+            "tokens_per_s": float(sum(r["rollout/tokens_per_s"] for r in timed) / len(timed)),
+            "step_s": float(sum(r["time/step_s"] for r in timed) / len(timed)),
+            "reward_first_last": (rows[0]["rollout/reward"], rows[-1]["rollout/reward"]),
+        }
+        results[f"train-{name}"] = summary
+        print(
+            f"[train {name}] {summary['tokens_per_s']:,.0f} rollout tokens/s | {summary['step_s']:.2f} s/step"
+        )
+        del trainer
         torch.cuda.empty_cache()
     shutil.rmtree(workdir, ignore_errors=True)
 

@@ -37,7 +37,9 @@ class Verdict:
             if self.score is not None:
                 raise ValueError(f"an infra_error verdict carries score=None, got {self.score!r}")
         elif self.score is None or not 0.0 <= self.score <= 1.0:
-            raise ValueError(f"Verdict.score must be a float in [0, 1] for status {self.status!r}, got {self.score!r}")
+            raise ValueError(
+                f"Verdict.score must be a float in [0, 1] for status {self.status!r}, got {self.score!r}"
+            )
 
     @property
     def infra_error(self) -> bool:

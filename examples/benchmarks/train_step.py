@@ -49,7 +49,9 @@ def main() -> None:
     for p in PHASES:
         print(f"{p:<12} {r[f'{p}_s']:>8.3f} {r[f'{p}_s'] / r['step_s']:>7.1%}")
     print(f"{'step':<12} {r['step_s']:>8.3f}")
-    print(f"rollout tokens/s (HF backend, {r['responses_per_step']} responses per step): {r['tokens_per_s']:.0f}")
+    print(
+        f"rollout tokens/s (HF backend, {r['responses_per_step']} responses per step): {r['tokens_per_s']:.0f}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(r, indent=2) + "\n")

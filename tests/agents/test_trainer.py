@@ -39,12 +39,12 @@ def _metrics(out: Path) -> list[dict]:
 
 def test_prompt_and_env_tokens_never_receive_gradient(tmp_path: Path) -> None:
     trainer = Trainer(TrainConfig(**SMALL), tmp_path)
-    from creditgym.agents.rollout import play
+    from creditgym.agents.rollout import PolicyAgent, play
 
     base = trainer.env.unwrapped
     base.reset(seed=0)
     envs = [base.fork() for _ in range(3)]
-    batch = to_batch(play(trainer.policy, envs, [0, 0, 0], temperature=1.0), trainer.policy.pad_token_id)
+    batch = to_batch(play(PolicyAgent(trainer.policy), envs, [0, 0, 0]), trainer.policy.pad_token_id)
     adv = torch.randn(batch.policy_mask.shape) * batch.policy_mask
 
     def grads(old: torch.Tensor, advantages: torch.Tensor) -> list[torch.Tensor]:

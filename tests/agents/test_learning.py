@@ -1,0 +1,27 @@
+"""Training really learns: a minute of GRPO on the tiny model beats its step-0 held-out accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from creditgym.agents.config import TrainConfig
+from creditgym.agents.trainer import train
+
+# Held-out accuracy is greedy decoding on 200 fixed test-split problems, so "before" and "after" are measured on
+# the same problems and the seed fixes the run. On the 2-core development machine 60 steps of the default config
+# took the tiny model from 0.625 to 0.765 / 0.790 / 0.770 (seeds 0 / 1 / 2: gains of 0.14 to 0.165). A fixed seed
+# makes the run deterministic on one machine; the margin, half the smallest gain of the three seeds, leaves room
+# for another CPU's float rounding to change the trajectory. By chance alone (200 problems, p = 0.625), a gain of
+# 0.07 is about two standard errors of an unpaired difference, so passing is evidence of learning, not noise.
+MARGIN = 0.07
+
+
+@pytest.mark.slow
+def test_a_minute_of_grpo_beats_step_zero(tmp_path: Path) -> None:
+    summary = train(TrainConfig(steps=60, eval_every=60, eval_episodes=200, seed=0), tmp_path)
+    assert summary["eval_after"] >= summary["eval_before"] + MARGIN, summary
+    assert (tmp_path / "final" / "model.safetensors").is_file()
+    assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "credit.png").stat().st_size > 0
+    assert "<span" in (tmp_path / "credit.html").read_text()
