@@ -30,6 +30,7 @@ from creditgym.agents.config import TrainConfig
 from creditgym.agents.loss import aggregate, kl_penalty, policy_loss, value_loss
 from creditgym.agents.policy import Policy, load_policy
 from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play, to_batch
+from creditgym.agents.signals import sequence_logprobs
 from creditgym.credit import CreditBatch
 
 
@@ -197,7 +198,7 @@ class Trainer:
         ref_lp = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_lp = _reference_logprobs(self.reference, ids, att)
+                ref_lp = sequence_logprobs(self.reference, ids, att)
         metrics["time/signals_s"] = time.perf_counter() - t0
 
         # 3. credit: per-token advantages from the module chosen by name
@@ -381,13 +382,6 @@ class _GracefulStop:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def _reference_logprobs(model: torch.nn.Module, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-    position_ids = (att.cumsum(-1) - 1).clamp_min(0)
-    logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids, use_cache=False).logits
-    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(lp, (1, 0))
 
 
 def _tensorboard(path: Path) -> Any:

@@ -187,3 +187,21 @@ def test_bad_names_are_listed(tmp_path: Path) -> None:
         _train_cmd(tmp_path, "--model", str(missing)), capture_output=True, text=True, timeout=300
     )
     assert res.returncode != 0 and str(missing) in res.stderr
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "gae"])
+def test_each_baseline_trains_end_to_end(name: str, tmp_path: Path) -> None:
+    cfg = TrainConfig(**{**SMALL, "steps": 2, "eval_every": 2, "credit": name})
+    summary = Trainer(cfg, tmp_path).run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["steps"] == 2 and all(r.get("actor/pg_loss") is not None for r in rows[1:])
+    assert any(k.startswith(f"credit/{name}/") for k in rows[1])
+    if name == "gae":  # the value head is trained and saved beside the model
+        assert rows[1]["critic/vf_loss"] is not None
+        assert (tmp_path / "final" / "value_head.safetensors").is_file()
+
+
+def test_kl_to_the_reference_starts_at_zero(tmp_path: Path) -> None:
+    trainer = Trainer(TrainConfig(**{**SMALL, "kl_coef": 0.1, "minibatches": 1}), tmp_path)
+    metrics = trainer.train_step()
+    assert metrics["actor/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy is still the reference
