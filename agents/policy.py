@@ -310,6 +310,7 @@ class Policy:
         return_hidden: bool = False,
         attention_layers: Sequence[int] | None = None,
         return_values: bool = False,
+        module: nn.Module | None = None,
     ) -> ForwardOutput:
         """Teacher-forced log-probs of every token given the ones before it, keeping the autograd graph.
 
@@ -326,6 +327,8 @@ class Policy:
                 ``(B, heads, T, T)`` attention probabilities of every layer, O(L * B * heads * T^2) memory on
                 top of the usual pass; bound it with a small batch (``Policy.logprobs(batch_size=...)``).
             return_values: Also return value-head estimates (needs a value head).
+            module: Run this wrapper of :attr:`model` instead (e.g. its ``DistributedDataParallel`` wrapper in a
+                multi-process run, so the backward pass all-reduces the gradients).
 
         Returns:
             A :class:`ForwardOutput` on the model's device.
@@ -342,7 +345,7 @@ class Policy:
         need_hidden = return_hidden or return_values
         eager = self._eager_attention() if layers else contextlib.nullcontext()
         with eager:
-            out = self.model(
+            out = (module or self.model)(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,

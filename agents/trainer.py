@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -38,8 +39,20 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-def _step_seed(seed: int, step: int, stream: int) -> int:
-    return int(np.random.SeedSequence([seed, step, stream]).generate_state(1)[0])
+def _step_seed(seed: int, step: int, stream: int, rank: int = 0) -> int:
+    key = (
+        [seed, step, stream] if rank == 0 else [seed, step, stream, rank]
+    )  # process 0 draws as a lone process
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
+
+
+def _accelerator(cfg: TrainConfig) -> Any:
+    """An ``accelerate.Accelerator`` when launched as several processes (``accelerate launch``, ``torchrun``)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=cfg.device == "cpu")
 
 
 def _make_env(cfg: TrainConfig, **overrides: Any) -> gym.Env:
@@ -74,7 +87,12 @@ class Trainer:
         self.credit_cfg = self.module.config(**dict(cfg.credit_kwargs))
         self.env = _make_env(cfg)
         self.eval_env = _make_env(cfg, split="test")
-        self.policy = load_policy(cfg.model, device=cfg.device, value_head=self.module.critic)
+        # Several processes (one per GPU): each samples its own prompts; DDP averages the actor's gradients.
+        self.accelerator = _accelerator(cfg)
+        self.rank = self.accelerator.process_index if self.accelerator is not None else 0
+        self.is_main = self.rank == 0
+        device = str(self.accelerator.device) if self.accelerator is not None else cfg.device
+        self.policy = load_policy(cfg.model, device=device, value_head=self.module.critic)
         if cfg.backend == "vllm":
             from creditgym.agents.backends import VLLMBackend
 
@@ -91,6 +109,9 @@ class Trainer:
             if self.policy.value_head is not None
             else None
         )
+        self.train_module = None  # the DDP wrapper of the actor in a multi-process run
+        if self.accelerator is not None:
+            self.train_module, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.reference = (
             copy.deepcopy(self.policy.model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         )
@@ -142,8 +163,10 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg, step = self.cfg, self.step
         t_start = time.perf_counter()
-        rng = np.random.default_rng(_step_seed(cfg.seed, step, 0))
-        generator = torch.Generator(device=self.policy.device).manual_seed(_step_seed(cfg.seed, step, 1))
+        rng = np.random.default_rng(_step_seed(cfg.seed, step, 0, self.rank))
+        generator = torch.Generator(device=self.policy.device).manual_seed(
+            _step_seed(cfg.seed, step, 1, self.rank)
+        )
 
         # 1. rollouts: P tasks x G completions, every group forked from one reset so it shares its task
         base = self.env.unwrapped
@@ -232,6 +255,7 @@ class Trainer:
                     att[rows],
                     return_entropy=True,
                     return_values=self.policy.value_head is not None,
+                    module=self.train_module,
                 )
                 loss, pg_metrics = policy_loss(
                     fwd.logprobs,
@@ -256,7 +280,10 @@ class Trainer:
                         f"kept under {self.out / 'checkpoints'}: lower --lr or check the rewards"
                     )
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                if self.accelerator is not None:
+                    self.accelerator.backward(loss)  # all-reduces the gradients across processes
+                else:
+                    loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     raise TrainingDiverged(
@@ -269,6 +296,9 @@ class Trainer:
                     v_loss, v_metrics = value_loss(fwd.values, credit_out.returns[rows].detach(), m)
                     self.critic_optimizer.zero_grad(set_to_none=True)
                     v_loss.backward()
+                    if self.accelerator is not None:  # the small value head is averaged by hand
+                        for param in self.policy.value_head.parameters():
+                            param.grad = self.accelerator.reduce(param.grad, reduction="mean")
                     self.critic_optimizer.step()
                     pg_metrics.update(v_metrics)
                 for k, v in pg_metrics.items():
@@ -278,6 +308,10 @@ class Trainer:
         metrics["time/backward_s"] = time.perf_counter() - t0
         metrics["time/step_s"] = time.perf_counter() - t_start
         metrics["rollout/tokens_per_s"] = stats.policy_tokens / max(stats.generate_s, 1e-9)
+        if self.accelerator is not None:  # the logged rollout numbers cover every process's episodes
+            for key in ("rollout/reward", "rollout/accuracy"):
+                value = torch.tensor(metrics[key], device=device)
+                metrics[key] = self.accelerator.reduce(value, reduction="mean").item()
         return metrics
 
     def _keep_samples(self, kept: list[Episode], batch: Any, advantages: torch.Tensor, n: int = 6) -> None:
@@ -305,7 +339,7 @@ class Trainer:
         cfg = self.cfg
         writer = _tensorboard(self.out / "tensorboard")
         first_eval = None
-        if self.step == 0:
+        if self.step == 0 and self.is_main:
             first_eval = evaluate_policy(self.policy, cfg, self.eval_env, cfg.eval_episodes)
             self._log({"step": 0.0, **first_eval}, writer)
         stop = _GracefulStop()  # Ctrl-C / SIGTERM: finish the current step, checkpoint, exit
@@ -314,6 +348,8 @@ class Trainer:
                 while self.step < cfg.steps and not stop.requested:
                     metrics = self.train_step()
                     self.step += 1
+                    if not self.is_main:  # other processes only train; process 0 evaluates, logs, saves
+                        continue
                     if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
                         metrics.update(evaluate_policy(self.policy, cfg, self.eval_env, cfg.eval_episodes))
                     self._log(metrics, writer)
@@ -325,8 +361,13 @@ class Trainer:
                     writer.close()
         if stop.requested:
             raise KeyboardInterrupt(f"stopped at step {self.step}; resume with --resume (checkpoint saved)")
+        in_sync = self._params_in_sync()
+        if not self.is_main:
+            return {"is_main": False}
         self.policy.save(self.out / "final")
         summary = self._summary(first_eval)
+        if self.accelerator is not None:
+            summary.update({"processes": self.accelerator.num_processes, "params_in_sync": in_sync})
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         from creditgym.agents.plots import credit_html, credit_png, curves_png
 
@@ -334,6 +375,17 @@ class Trainer:
         credit_html(self.samples, self.out / "credit.html", title=f"{cfg.credit}: per-token advantages")
         credit_png(self.samples, self.out / "credit.png", title=f"{cfg.credit}: per-token advantages")
         return summary
+
+    def _params_in_sync(self) -> bool:
+        """In a multi-process run, whether every process ends with the same actor weights (they must)."""
+        if self.accelerator is None:
+            return True
+        params = list(self.policy.model.parameters())
+        if self.policy.value_head is not None:
+            params += list(self.policy.value_head.parameters())
+        checksum = torch.stack([p.detach().double().sum() for p in params]).sum()
+        gathered = self.accelerator.gather(checksum.reshape(1))
+        return bool(torch.all(gathered == gathered[0]))
 
     def _log(self, metrics: dict[str, float], writer: Any) -> None:
         clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}

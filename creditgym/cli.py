@@ -167,6 +167,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         summary = train(cfg, args.out, resume=args.resume)
     except (ValueError, KeyError, FileNotFoundError, TrainingDiverged) as e:
         raise SystemExit(f"creditgym train: {e.args[0] if e.args else e}") from e
+    if not summary.get("is_main", True):
+        return 0  # a secondary process of a multi-process run: process 0 reports
     before, after = summary["eval_before"], summary["eval_after"]
     print(
         f"held-out accuracy: before {before:.3f} -> after {after:.3f} ({cfg.credit}, {summary['steps']} steps)"

@@ -205,3 +205,40 @@ def test_kl_to_the_reference_starts_at_zero(tmp_path: Path) -> None:
     trainer = Trainer(TrainConfig(**{**SMALL, "kl_coef": 0.1, "minibatches": 1}), tmp_path)
     metrics = trainer.train_step()
     assert metrics["actor/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy is still the reference
+
+
+def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
+    """The multi-device path (accelerate + DDP), run as 2 CPU processes with the gloo backend."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [
+        str(torchrun),
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "creditgym.cli",
+        "train",
+        "--device",
+        "cpu",
+        "--credit",
+        "gae",
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--group-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--eval-episodes",
+        "8",
+        "--max-new-tokens",
+        "24",
+        "--out",
+        str(tmp_path),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["params_in_sync"] is True  # actor and value head alike
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0.0, 1.0, 2.0]  # process 0 alone logs

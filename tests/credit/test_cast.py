@@ -1,0 +1,186 @@
+"""CAST (arXiv 2606.00172): zero-variance bases, asymmetric clip, flips, final clip, threshold, non-finite gaps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from creditgym import credit
+from creditgym.credit import CASTConfig, CreditBatch
+from creditgym.credit.cast import cast, cast_base_advantage, masked_quantile
+
+A = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO advantage of a {1, 0} group
+
+
+def make_batch(rewards: list[float], groups: list[int], gaps: list[list[float]]) -> CreditBatch:
+    """One prompt token then len(gaps[b]) policy tokens per row; old log-probs -1, teacher -1 + gap."""
+    B, n = len(rewards), len(gaps[0])
+    mask = torch.ones(B, n + 1, dtype=torch.bool)
+    mask[:, 0] = False
+    r = torch.zeros(B, n + 1)
+    r[:, -1] = torch.tensor(rewards)
+    old = torch.full((B, n + 1), -1.0)
+    teacher = old.clone()
+    teacher[:, 1:] += torch.tensor(gaps)
+    return CreditBatch(r, mask, torch.tensor(groups), old, signals={"teacher_logprobs": teacher})
+
+
+def random_batch(seed: int) -> CreditBatch:
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 12, 10
+    mask = torch.rand(B, T, generator=gen) < 0.8
+    mask[:, 0] = False
+    mask[:, -1] = True
+    r = torch.zeros(B, T)
+    r[:, -1] = torch.randint(0, 2, (B,), generator=gen).float()
+    r[8:10, -1] = 1.0  # an all-correct group
+    r[10:12, -1] = 0.0  # an all-wrong group
+    old = -3 * torch.rand(B, T, generator=gen)
+    teacher = old + 0.5 * torch.randn(B, T, generator=gen)
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3])
+    return CreditBatch(r, mask, groups, old, signals={"teacher_logprobs": teacher})
+
+
+HAND = make_batch(
+    [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0],
+    [0, 0, 1, 1, 2, 2, 3],
+    [
+        [0.0, 0.5, -0.5],  # mixed, correct (B = +A)
+        [0.5, -0.5, 0.05],  # mixed, wrong (B = -A)
+        [2.0, -2.0, 0.0],  # all-correct (B = +1)
+        [0.0, 0.0, 0.0],
+        [-1.0, 1.0, 0.0],  # all-wrong (B = -1)
+        [0.0, 0.0, 0.0],
+        [3.0, -3.0, 0.0],  # singleton (B = 0)
+    ],
+)
+
+
+def test_registered_with_its_signal() -> None:
+    module = credit.get("cast")
+    assert module.signals == ("teacher_logprobs",) and not module.critic
+    cfg = CASTConfig()
+    assert (cfg.pos_clip, cfg.neg_clip, cfg.kappa_pos, cfg.kappa_neg, cfg.adv_clip) == (
+        (0.8, 1.05),
+        (0.95, 1.2),
+        1.0,
+        0.5,
+        1.2,
+    )
+    assert cfg.teacher_refresh_every >= 1 and cfg.teacher_ema is None
+
+
+def test_base_advantage_zero_variance_groups() -> None:
+    B, *_ = cast_base_advantage(HAND, CASTConfig())
+    torch.testing.assert_close(B, torch.tensor([A, -A, 1.0, 1.0, -1.0, -1.0, 0.0]))
+    B2, *_ = cast_base_advantage(HAND, CASTConfig(b_correct=0.3, b_wrong=0.7))
+    torch.testing.assert_close(B2[2:6], torch.tensor([0.3, 0.3, -0.7, -0.7]))
+    # a stricter threshold makes the all-1 group "wrong"
+    B3, *_ = cast_base_advantage(HAND, CASTConfig(correct_threshold=2.0))
+    torch.testing.assert_close(B3[2:4], torch.tensor([-1.0, -1.0]))
+
+
+def test_hand_computed_advantages() -> None:
+    out = cast(HAND, CASTConfig(delta=0.1))
+    e = math.exp
+    expected = torch.tensor(
+        [
+            [A, A * 1.05, -A * 0.8],  # w = [1, 1.05, 0.8]; g = -0.5 < -0.1 flips to -kappa_+ |A^|
+            [0.5 * A * 0.95, -A * 1.2, -A * e(-0.05)],  # w = [0.95, 1.2, e^-0.05]; g = 0.5 flips to +0.5 |A^|
+            [1.05, -0.8, 1.0],
+            [1.0, 1.0, 1.0],
+            [-1.2, 0.5 * 0.95, -1.0],  # w = [1.2, 0.95, 1]; g = 1 flips to +0.5 * 0.95
+            [-1.0, -1.0, -1.0],
+            [0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(out.advantages[:, 1:], expected)
+    assert (out.advantages[:, 0] == 0).all()
+    assert out.metrics["credit/cast/delta"] == pytest.approx(0.1)
+    assert out.metrics["credit/cast/all_correct_frac"] == pytest.approx(2 / 7)
+    assert out.metrics["credit/cast/all_wrong_frac"] == pytest.approx(2 / 7)
+    assert out.metrics["credit/cast/mixed_frac"] == pytest.approx(2 / 7)
+
+
+def test_no_flip_keeps_the_base_sign() -> None:
+    out = cast(HAND, CASTConfig(delta=0.1, flip=False))
+    assert out.advantages[0, 3] == pytest.approx(A * 0.8)
+    assert out.advantages[1, 1] == pytest.approx(-A * 0.95)
+    for seed in range(5):
+        batch = random_batch(seed)
+        B, *_ = cast_base_advantage(batch, CASTConfig())
+        out = cast(batch, CASTConfig(flip=False, delta=0.0))
+        on = batch.policy_mask
+        assert (torch.sign(out.advantages) == torch.where(on, torch.sign(B)[:, None], 0.0)).all()
+        assert out.metrics["credit/cast/flip_pos_frac"] == 0.0 == out.metrics["credit/cast/flip_neg_frac"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_flipped_tokens_have_the_documented_sign(seed: int) -> None:
+    batch = random_batch(seed)
+    cfg = CASTConfig()
+    out = cast(batch, cfg)
+    B, *_ = cast_base_advantage(batch, cfg)
+    g = batch.signals["teacher_logprobs"] - batch.old_logprobs
+    on = batch.policy_mask
+    delta = masked_quantile(g.abs(), on, 0.75)
+    assert out.metrics["credit/cast/delta"] == pytest.approx(float(delta))
+    flip_pos = on & (B > 0)[:, None] & (g < -delta)
+    flip_neg = on & (B < 0)[:, None] & (g > delta)
+    assert flip_pos.any() and flip_neg.any()
+    assert (out.advantages[flip_pos] < 0).all()
+    assert (out.advantages[flip_neg] > 0).all()
+    # a bounded positive advantage: kappa_- |A^| <= kappa_- |B| hi_-
+    assert (out.advantages[flip_neg] <= 0.5 * B.abs()[:, None].expand_as(g)[flip_neg] * 1.2 + 1e-6).all()
+    rest = on & ~flip_pos & ~flip_neg
+    assert (torch.sign(out.advantages[rest]) == torch.sign(B)[:, None].expand_as(g)[rest]).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_final_clip_holds(seed: int) -> None:
+    batch = random_batch(seed)
+    out = cast(batch, CASTConfig(b_correct=3.0, b_wrong=3.0, lam=4.0))
+    assert out.advantages.abs().max() <= 1.2
+    assert out.metrics["credit/cast/clip_frac"] > 0
+    out = cast(batch, CASTConfig(b_correct=3.0, adv_clip=0.5))
+    assert out.advantages.abs().max() <= 0.5
+
+
+def test_masked_quantile_matches_torch() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 9, generator=gen)
+    mask = torch.rand(7, 9, generator=gen) < 0.6
+    for q in (0.0, 0.25, 0.75, 0.8, 1.0):
+        torch.testing.assert_close(masked_quantile(x, mask, q), torch.quantile(x[mask], q))
+    assert masked_quantile(x, torch.zeros_like(mask), 0.5) == 0
+
+
+def test_nonfinite_teacher_is_neutral_and_counted() -> None:
+    batch = make_batch([1.0, 0.0], [0, 0], [[-float("inf"), 0.5, -0.5], [float("nan"), 0.5, 0.0]])
+    out = cast(batch, CASTConfig(delta=0.1))
+    assert torch.isfinite(out.advantages).all()
+    assert out.metrics["credit/cast/nonfinite_signal_tokens"] == 2.0
+    assert out.advantages[0, 1] == pytest.approx(A)  # w = 1, no flip
+    assert out.advantages[1, 1] == pytest.approx(-A)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"pos_clip": (1.1, 1.2)},
+        {"neg_clip": (0.9,)},
+        {"delta": -0.1},
+        {"delta_quantile": 1.5},
+        {"kappa_neg": -1.0},
+        {"adv_clip": 0.0},
+        {"teacher_refresh_every": 0},
+        {"teacher_ema": 1.0},
+        {"flip": "yes"},
+        {"lam": float("nan")},
+    ],
+)
+def test_config_validation(kwargs: dict[str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        CASTConfig(**kwargs)  # type: ignore[arg-type]

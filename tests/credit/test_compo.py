@@ -1,0 +1,217 @@
+"""CompPO / Comp-GAE (arXiv 2608.21501): hand case, constant gate = GAE, shuffled and position controls."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from creditgym import credit
+from creditgym.credit import CompPOConfig, CreditBatch
+from creditgym.credit.compo import attention_concentration, comp_gae_advantages, compo, compo_gate
+from creditgym.credit.gae import gae_advantages
+
+RAW = CompPOConfig(whiten=False)
+
+
+def sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def random_batch(seed: int, *, step: int = 0) -> CreditBatch:
+    """Rows with a prompt, two policy turns separated by env tokens, per-turn and terminal rewards."""
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 6, 14
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    r = torch.zeros(B, T)
+    for b in range(B):
+        mask[b, 1:6] = True
+        mask[b, 8 : 9 + b] = True
+        r[b, 5] = float(torch.rand((), generator=gen))
+        r[b, 8 + b] = float(torch.randint(0, 2, (), generator=gen))
+    return CreditBatch(
+        r,
+        mask,
+        torch.zeros(B, dtype=torch.long),
+        -torch.rand(B, T, generator=gen),
+        values=torch.rand(B, T, generator=gen),
+        signals={"attention_stats": torch.rand(B, T, generator=gen)},
+        step=step,
+        total_steps=10,
+    )
+
+
+def test_registered_with_its_signals() -> None:
+    module = credit.get("compo")
+    assert module.signals == ("attention_stats", "values") and module.critic
+    assert CompPOConfig().layers == (-2, -1)
+
+
+def test_hand_case() -> None:
+    batch = CreditBatch(
+        torch.tensor([[0.0, 0.0, 0.0, 1.0]]),
+        torch.tensor([[False, True, True, True]]),
+        torch.tensor([0]),
+        torch.zeros(1, 4),
+        values=torch.tensor([[9.0, 0.5, 0.6, 0.7]]),
+        signals={"attention_stats": torch.tensor([[0.9, 0.2, 0.5, 0.8]])},
+    )
+    out = compo(batch, RAW)
+    # z = [-1, 0, 1] (mean 0.5, unbiased std 0.3); eta = 0.9 + 0.1 sigmoid(z); delta = [0.1, 0.1, 0.3]
+    eta1, eta2 = 0.95, 0.9 + 0.1 * sigmoid(1.0)
+    a2 = 0.3
+    a1 = 0.1 + eta2 * a2
+    a0 = 0.1 + eta1 * a1
+    torch.testing.assert_close(out.advantages, torch.tensor([[0.0, a0, a1, a2]]))
+    assert out.returns is not None
+    torch.testing.assert_close(out.returns, torch.tensor([[0.0, a0 + 0.5, a1 + 0.6, 1.0]]))
+    assert out.metrics["credit/compo/eta_min"] == pytest.approx(0.9 + 0.1 * sigmoid(-1.0))
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 1.0), (1.0, 0.95), (0.99, 0.9), (0.9, 0.0), (0.5, 1.0)])
+@pytest.mark.parametrize("seed", range(3))
+def test_constant_gate_equals_gae(seed: int, gamma: float, lam: float) -> None:
+    batch = random_batch(seed)
+    cfg = CompPOConfig(gamma=gamma, eta_min=lam, eta_max=lam, whiten=False)
+    out = compo(batch, cfg)
+    assert batch.values is not None and out.returns is not None
+    ref = gae_advantages(batch.token_rewards, batch.values, batch.policy_mask, gamma=gamma, lam=lam)
+    torch.testing.assert_close(out.advantages, ref, rtol=0, atol=1e-6)
+    V = torch.where(batch.policy_mask, batch.values, 0.0)
+    torch.testing.assert_close(out.returns, torch.where(batch.policy_mask, ref + V, 0.0), rtol=0, atol=1e-6)
+
+
+def test_scan_matches_a_loop_over_the_policy_tokens() -> None:
+    batch = random_batch(4)
+    eta = 0.5 + 0.5 * torch.rand(batch.shape, generator=torch.Generator().manual_seed(0))
+    assert batch.values is not None
+    A = comp_gae_advantages(batch.token_rewards, batch.values, eta, batch.policy_mask, gamma=0.97)
+    for b in range(batch.shape[0]):
+        idx = batch.policy_mask[b].nonzero().flatten().tolist()
+        v = [float(batch.values[b, t]) for t in idx] + [0.0]
+        a_next, e_next = 0.0, 1.0
+        for k in reversed(range(len(idx))):
+            t = idx[k]
+            a_next = float(batch.token_rewards[b, t]) + 0.97 * v[k + 1] - v[k] + 0.97 * e_next * a_next
+            e_next = float(eta[b, t])
+            assert float(A[b, t]) == pytest.approx(a_next, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shuffled_gate_permutes_each_row(seed: int) -> None:
+    batch = random_batch(seed, step=seed)
+    kappa, mask = batch.signals["attention_stats"], batch.policy_mask
+    eta = compo_gate(kappa, mask, batch.step, CompPOConfig())
+    shuffled = compo_gate(kappa, mask, batch.step, CompPOConfig(gate="shuffled"))
+    assert (shuffled[~mask] == 1).all()
+    moved = 0
+    for b in range(mask.shape[0]):
+        x, y = eta[b][mask[b]], shuffled[b][mask[b]]
+        assert torch.equal(x.sort().values, y.sort().values)  # the same multiset
+        moved += int(not torch.equal(x, y))
+    assert moved == mask.shape[0]  # every row's order changed (rows have >= 6 distinct values)
+    # seeded from the step: reproducible, and another step gives another permutation
+    assert torch.equal(shuffled, compo_gate(kappa, mask, batch.step, CompPOConfig(gate="shuffled")))
+    other = compo_gate(kappa, mask, batch.step + 1, CompPOConfig(gate="shuffled"))
+    assert not torch.equal(shuffled, other)
+    out = compo(batch, CompPOConfig(gate="shuffled"))
+    assert not torch.equal(out.advantages, compo(batch, CompPOConfig()).advantages)
+
+
+def test_position_gate_depends_on_position_only() -> None:
+    batch = random_batch(0)
+    mask = batch.policy_mask
+    cfg = CompPOConfig(gate="position", a=2.0)
+    eta = compo_gate(batch.signals["attention_stats"], mask, 0, cfg)
+    eta2 = compo_gate(torch.rand(batch.shape), mask, 0, cfg)
+    assert torch.equal(eta, eta2)
+    for b in range(mask.shape[0]):
+        row = eta[b][mask[b]]
+        assert (row[1:] > row[:-1]).all()  # a > 0: later tokens retain more
+    assert torch.allclose(eta[mask][0], eta[mask][mask[0].sum()])  # the first token of every row alike
+
+
+def test_gate_bounds_and_direction() -> None:
+    kappa = torch.tensor([[0.1, 0.2, 0.3, 0.9]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    eta = compo_gate(kappa, mask, 0, CompPOConfig(eta_min=0.8, eta_max=0.95, a=3.0))
+    assert (eta >= 0.8).all() and (eta <= 0.95).all()
+    assert (eta[0, 1:] > eta[0, :-1]).all()
+    neg = compo_gate(kappa, mask, 0, CompPOConfig(eta_min=0.8, eta_max=0.95, a=-3.0))
+    assert (neg[0, 1:] < neg[0, :-1]).all()
+
+
+def test_attention_concentration_and_per_layer_stats() -> None:
+    ent = {-2: torch.tensor([[0.2, 0.4]]), -1: torch.tensor([[0.6, 0.0]])}
+    torch.testing.assert_close(attention_concentration(ent), torch.tensor([[0.6, 0.8]]))
+    torch.testing.assert_close(attention_concentration(list(ent.values())), torch.tensor([[0.6, 0.8]]))
+    batch = random_batch(1)
+    layers = torch.stack([batch.signals["attention_stats"], 1 - batch.signals["attention_stats"] ** 2], -1)
+    per_layer = CreditBatch(
+        batch.token_rewards,
+        batch.policy_mask,
+        batch.group_ids,
+        batch.old_logprobs,
+        values=batch.values,
+        signals={"attention_stats": layers},
+    )
+    mean = CreditBatch(
+        batch.token_rewards,
+        batch.policy_mask,
+        batch.group_ids,
+        batch.old_logprobs,
+        values=batch.values,
+        signals={"attention_stats": layers.mean(-1)},
+    )
+    torch.testing.assert_close(compo(per_layer, RAW).advantages, compo(mean, RAW).advantages)
+
+
+def test_nonfinite_signals_are_masked_and_counted() -> None:
+    batch = random_batch(2)
+    assert batch.values is not None
+    kappa = batch.signals["attention_stats"].clone()
+    kappa[0, 2] = float("nan")
+    values = batch.values.clone()
+    values[1, 3] = float("inf")
+    bad = CreditBatch(
+        batch.token_rewards,
+        batch.policy_mask,
+        batch.group_ids,
+        batch.old_logprobs,
+        values=values,
+        signals={"attention_stats": kappa},
+    )
+    out = compo(bad, RAW)
+    assert torch.isfinite(out.advantages).all()
+    assert out.returns is not None and torch.isfinite(out.returns).all()
+    assert out.metrics["credit/compo/nonfinite_signal_tokens"] == 2.0
+    assert out.advantages[1, 3] == 0
+    # the trace passes through the bad value: the token before it sees G at the token after, not the value
+    eta = compo_gate(kappa, bad.policy_mask, 0, RAW)
+    v = torch.where(bad.policy_mask, values, 0.0)
+    g4 = float(out.returns[1, 4])
+    expected = float(bad.token_rewards[1, 2]) - float(v[1, 2]) + float(out.returns[1, 3])
+    assert float(out.returns[1, 3]) == pytest.approx(
+        float(bad.token_rewards[1, 3]) + float((1 - eta[1, 4]) * v[1, 4] + eta[1, 4] * g4), abs=1e-5
+    )
+    assert float(out.advantages[1, 2]) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"eta_min": 0.95, "eta_max": 0.9},
+        {"eta_max": 1.1},
+        {"gamma": -0.1},
+        {"gate": "random"},
+        {"layers": ()},
+        {"layers": (1.5,)},
+        {"a": float("inf")},
+        {"whiten": 0},
+        {"seed": -1},
+    ],
+)
+def test_config_validation(kwargs: dict[str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        CompPOConfig(**kwargs)  # type: ignore[arg-type]
