@@ -73,36 +73,45 @@ def bench_chunks(chunk: int = 1000, n_chunks: int = 50, repeats: int = 5) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=20_000)
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        default=[500, 2_000, 20_000],
+        help="episode lengths to step token by token (the observation copies the whole context)",
+    )
     parser.add_argument("--verify-n", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    step = bench_step(args.tokens)
+    steps = {n: bench_step(n) for n in args.tokens}
     chunks = bench_chunks()
     from verify_math import run as run_verify
 
     verify = run_verify(n=args.verify_n, workers=args.workers, timeout=2.0)
 
-    ratio = step["us_per_token"] / step["list_append_us_per_token"]
-    rows = [
-        ("token-by-token step via gymnasium.make", f"{step['us_per_token']:.2f} us/token", "target <= 5 us"),
-        ("bare Python list.append, same loop", f"{step['list_append_us_per_token']:.3f} us/token", ""),
-        ("  ratio step / append", f"{ratio:.1f}x", ""),
-        (
-            "1,000-token chunk via step(array)",
-            f"{chunks['ms_per_1000_token_chunk']:.3f} ms/chunk",
-            "target <= 0.5 ms",
-        ),
-    ]
+    rows = []
+    for n, step in steps.items():
+        ratio = step["us_per_token"] / step["list_append_us_per_token"]
+        rows += [
+            (
+                f"step via gymnasium.make, {n:,}-token episode",
+                f"{step['us_per_token']:.2f} us/token",
+                "target <= 5 us",
+            ),
+            ("  bare Python list.append, same loop", f"{step['list_append_us_per_token']:.3f} us/token", ""),
+            ("  ratio step / append", f"{ratio:.0f}x", ""),
+        ]
+    chunk_ms = chunks["ms_per_1000_token_chunk"]
+    rows.append(("1,000-token chunk via step(array)", f"{chunk_ms:.3f} ms/chunk", "target <= 0.5 ms"))
     for key, value in verify.get("table", []):
         rows.append((key, value, ""))
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'value':>22}  note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>22}  {note}")
-    result = {"step": step, "chunks": chunks, "step_over_list_append": ratio, "verify": verify}
+    result = {"step": {str(n): v for n, v in steps.items()}, "chunks": chunks, "verify": verify}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
