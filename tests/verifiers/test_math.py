@@ -374,10 +374,15 @@ PATHOLOGICAL = [
 
 
 @pytest.mark.parametrize("text", PATHOLOGICAL, ids=[f"pathological-{i}" for i in range(len(PATHOLOGICAL))])
-def test_extraction_is_fast_on_pathological_text(text: str) -> None:
+def test_extraction_is_linear_on_pathological_text(text: str) -> None:
+    """A guard against catastrophic (quadratic or exponential) regex backtracking, not a speed target.
+
+    On these ~100 kB inputs a linear scan takes milliseconds and a backtracking regex takes hours, so a bound of
+    30 s tells them apart on any machine, however loaded (speed itself is measured in examples/benchmarks).
+    """
     import time
 
     for fn in (ex.extract, ex.extract_choice, ex.clean_answer_text, ex.split_alternatives, ex.find_boxes):
         t0 = time.perf_counter()
         fn(text)
-        assert time.perf_counter() - t0 < 1.0, fn.__name__
+        assert time.perf_counter() - t0 < 30.0, fn.__name__
