@@ -13,37 +13,51 @@ Adding a module: one file ``credit/<name>.py`` using `register`, plus one import
 
 from __future__ import annotations
 
-from creditgym.credit import gae, grpo, rloo
+from creditgym.credit import cast, compo, cort, gae, grpo, pact, rloo
 from creditgym.credit.base import (
     SIGNALS,
     CreditBatch,
     CreditFn,
     CreditModule,
     CreditOutput,
+    CriticTargetFn,
     UnknownCreditModuleError,
     available,
     get,
     register,
     require,
 )
+from creditgym.credit.cast import CASTConfig
+from creditgym.credit.compo import CompPOConfig
+from creditgym.credit.cort import CoRTConfig
 from creditgym.credit.gae import GAEConfig
 from creditgym.credit.grpo import GRPOConfig
+from creditgym.credit.pact import PACTConfig
 from creditgym.credit.rloo import RLOOConfig
 
 __all__ = [
     "SIGNALS",
+    "CASTConfig",
+    "CoRTConfig",
+    "CompPOConfig",
     "CreditBatch",
     "CreditFn",
     "CreditModule",
     "CreditOutput",
+    "CriticTargetFn",
     "GAEConfig",
     "GRPOConfig",
+    "PACTConfig",
     "RLOOConfig",
     "UnknownCreditModuleError",
     "available",
+    "cast",
+    "compo",
+    "cort",
     "gae",
     "get",
     "grpo",
+    "pact",
     "register",
     "require",
     "rloo",

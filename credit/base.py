@@ -16,6 +16,12 @@ A credit module turns sparse scores into per-token advantages. It is one pure fu
 
 The trainer only ever does ``module = get(name); out = module(batch, cfg)``: it computes the signals listed in
 ``module.signals`` and trains a critic when ``module.critic`` is true, and never branches on the name.
+
+A critic module may also need inputs that exist only *after* the actor update (PACT's actor-then-critic order:
+log-probs of the updated actor). It declares them as ``critic_signals`` together with a ``critic_targets``
+function ``(batch, cfg) -> (targets (B, T), mask (B, T))``; after the actor update the trainer computes those
+signals, adds them to ``batch.signals`` and fits the critic on ``critic_targets(batch, cfg)`` instead of
+``(out.returns, policy_mask)``. Generic: no module name is special.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "CreditFn",
     "CreditModule",
     "CreditOutput",
+    "CriticTargetFn",
     "UnknownCreditModuleError",
     "advantage_metrics",
     "available",
@@ -52,7 +59,8 @@ SIGNALS: Mapping[str, str] = MappingProxyType(
         "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
         "(CompPO: concentration in [0, 1])",
         "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
-        "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1} (PACT)",
+        "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1}, computed "
+        "after the actor update for a module's critic phase (PACT's critic_signals)",
     }
 )
 
@@ -191,11 +199,15 @@ class CreditOutput:
             policy-gradient loss (``creditgym.agents.loss.policy_loss``) as is.
         returns: (B, T) float or None. Value targets, for modules that train a critic (0 where masked).
         metrics: namespaced scalars, e.g. ``{"credit/grpo/adv_abs_mean": 0.8}``; the trainer logs them.
+        token_credit: (B, T) float or None. Per-token credit for plots and diagnostics (credit heatmaps), when it
+            differs from the advantages, e.g. PACT's ``C_t = V(next prefix) - V(prefix)``; 0 where masked. The
+            trainer never optimises it.
     """
 
     advantages: Tensor
     returns: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    token_credit: Tensor | None = None
 
     def __post_init__(self) -> None:
         a = self.advantages
@@ -210,6 +222,12 @@ class CreditOutput:
             raise TypeError(
                 f"CreditOutput.returns: expected a float tensor of shape {tuple(a.shape)}, got {got}"
             )
+        c = self.token_credit
+        if c is not None and (not isinstance(c, Tensor) or c.shape != a.shape or not c.is_floating_point()):
+            got = _describe(c) if isinstance(c, Tensor) else type(c).__name__
+            raise TypeError(
+                f"CreditOutput.token_credit: expected a float tensor of shape {tuple(a.shape)}, got {got}"
+            )
 
 
 ConfigT = TypeVar("ConfigT")
@@ -222,6 +240,17 @@ class CreditFn(Protocol[ConfigT_contra]):
     def __call__(self, batch: CreditBatch, cfg: ConfigT_contra, /) -> CreditOutput: ...
 
 
+class CriticTargetFn(Protocol[ConfigT_contra]):
+    """A critic module's target function for the critic phase, run after the actor update: pure, no grad.
+
+    ``batch.signals`` holds the module's ``critic_signals`` as well. Returns ``targets`` (B, T) float and
+    ``mask`` (B, T) bool (a subset of ``policy_mask``), both detached: the critic is fitted on ``targets`` where
+    ``mask`` is True.
+    """
+
+    def __call__(self, batch: CreditBatch, cfg: ConfigT_contra, /) -> tuple[Tensor, Tensor]: ...
+
+
 class UnknownCreditModuleError(KeyError, ValueError):
     """``get(name)`` with a name nobody registered (a ``KeyError`` and a ``ValueError``)."""
 
@@ -231,13 +260,21 @@ class UnknownCreditModuleError(KeyError, ValueError):
 
 @dataclass(frozen=True)
 class CreditModule(Generic[ConfigT]):
-    """A registry entry: the function, its config class, the signals it reads, whether it trains a critic."""
+    """A registry entry: the function, its config class, the signals it reads, whether it trains a critic.
+
+    ``critic_signals`` and ``critic_targets`` (both empty / None unless the module declares them): inputs the
+    trainer computes after the actor update, and the function giving the critic's targets from them (see the
+    module docstring).
+    """
 
     name: str
     fn: CreditFn[ConfigT]
     config: type[ConfigT]
     signals: tuple[str, ...]
     critic: bool
+    critic_signals: tuple[str, ...] = ()
+    critic_targets: CriticTargetFn[ConfigT] | None = None
+    critic_loss: str = "mse"
 
     def __call__(self, batch: CreditBatch, cfg: ConfigT | None = None) -> CreditOutput:
         """Runs the module (default config when ``cfg`` is None) and checks the output contract."""
@@ -257,6 +294,13 @@ class CreditModule(Generic[ConfigT]):
                 f"credit module {self.name!r} broke the contract: advantages must be finite and exactly 0 where "
                 "policy_mask is False"
             )
+        if out.token_credit is not None and (
+            (out.token_credit[~batch.policy_mask] != 0).any() or not torch.isfinite(out.token_credit).all()
+        ):
+            raise ValueError(
+                f"credit module {self.name!r} broke the contract: token_credit must be finite and exactly 0 where "
+                "policy_mask is False"
+            )
         if self.critic and out.returns is None:
             raise ValueError(
                 f"credit module {self.name!r} trains a critic but returned no value targets (returns)"
@@ -268,7 +312,14 @@ _REGISTRY: dict[str, CreditModule[object]] = {}
 
 
 def register(
-    name: str, *, config: type[ConfigT], signals: tuple[str, ...] = (), critic: bool = False
+    name: str,
+    *,
+    config: type[ConfigT],
+    signals: tuple[str, ...] = (),
+    critic: bool = False,
+    critic_signals: tuple[str, ...] = (),
+    critic_targets: CriticTargetFn[ConfigT] | None = None,
+    critic_loss: str = "mse",
 ) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
     """Decorator: registers ``fn(batch, cfg) -> CreditOutput`` under ``name`` (file name = key = CLI value).
 
@@ -278,24 +329,41 @@ def register(
         signals: extra inputs the trainer must compute, from ``SIGNALS``.
         critic: True when the module's advantages come from a critic the trainer must train on ``returns``
             (such a module declares the ``values`` signal).
+        critic_signals: signals (from ``SIGNALS``) the trainer computes after the actor update, for
+            ``critic_targets`` only (e.g. ``("updated_logprobs",)``). Needs ``critic`` and ``critic_targets``.
+        critic_targets: ``(batch, cfg) -> (targets, mask)`` for the critic phase; given with ``critic_signals``.
+        critic_loss: ``"mse"`` (the value head's output is V) or ``"bce"`` (it is a logit: the trainer passes
+            ``sigmoid(logit)`` as ``values`` and fits the logit with soft binary cross-entropy, as PACT does).
 
     Raises:
-        ValueError: duplicate name, name not an identifier, unknown signal, or a critic without ``values``.
+        ValueError: duplicate name, name not an identifier, unknown signal, a critic without ``values``, or
+            ``critic_signals`` without ``critic`` and ``critic_targets`` (or the reverse).
     """
     if not name.isidentifier():
         raise ValueError(f"credit module name must be a Python identifier like 'grpo', got {name!r}")
-    unknown = sorted(set(signals) - set(SIGNALS))
+    unknown = sorted((set(signals) | set(critic_signals)) - set(SIGNALS))
     if unknown:
         raise ValueError(
             f"credit module {name!r} declares unknown signals {unknown}; known: {sorted(SIGNALS)}"
         )
     if critic and "values" not in signals:
         raise ValueError(f"credit module {name!r} trains a critic, so it must declare the 'values' signal")
+    if (critic_signals or critic_targets is not None) and not (
+        critic and critic_signals and critic_targets is not None
+    ):
+        raise ValueError(
+            f"credit module {name!r}: critic_signals={critic_signals!r} and critic_targets={critic_targets!r} "
+            "go together, and only on a module with critic=True"
+        )
+    if critic_loss not in ("mse", "bce"):
+        raise ValueError(f"credit module {name!r}: critic_loss must be 'mse' or 'bce', got {critic_loss!r}")
 
     def deco(fn: CreditFn[ConfigT]) -> CreditFn[ConfigT]:
         if name in _REGISTRY:
             raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
-        _REGISTRY[name] = CreditModule(name, fn, config, tuple(signals), critic)  # type: ignore[assignment]
+        _REGISTRY[name] = CreditModule(  # type: ignore[assignment]
+            name, fn, config, tuple(signals), critic, tuple(critic_signals), critic_targets, critic_loss
+        )
         return fn
 
     return deco
