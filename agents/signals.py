@@ -74,9 +74,3 @@ def attention_stats(policy: Any, input_ids: Tensor, attention_mask: Tensor, laye
     )
     stats = torch.stack([fwd.attention_entropy[k] for k in sorted(fwd.attention_entropy)])  # (L, B, T)
     return stats.mean(0)
-
-
-def mask_nonfinite(signal: Tensor, policy_mask: Tensor) -> tuple[Tensor, Tensor, int]:
-    """Replace non-finite values by 0 and drop their tokens from the mask; returns (signal, mask, count)."""
-    bad = ~torch.isfinite(signal) & policy_mask
-    return torch.where(bad, torch.zeros_like(signal), signal), policy_mask & ~bad, int(bad.sum())

@@ -11,6 +11,7 @@ the optimizers and the step, so ``--resume`` after a kill continues bit-for-bit 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -31,7 +32,12 @@ from creditgym.agents.config import TrainConfig
 from creditgym.agents.loss import aggregate, kl_penalty, policy_loss, value_loss
 from creditgym.agents.policy import Policy, load_policy
 from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play, to_batch
-from creditgym.agents.signals import sequence_logprobs
+from creditgym.agents.signals import (
+    attention_stats,
+    check_env_provides,
+    counterfactual_logprobs,
+    sequence_logprobs,
+)
 from creditgym.credit import CreditBatch
 
 
@@ -115,6 +121,12 @@ class Trainer:
         self.reference = (
             copy.deepcopy(self.policy.model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         )
+        check_env_provides(cfg.credit, self.module.signals, self.env)  # at start-up, not at step 50
+        self.teacher = (
+            copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+            if "teacher_logprobs" in self.module.signals
+            else None
+        )
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.samples: list[dict[str, Any]] = []  # a few responses of the last step with their advantages
@@ -134,6 +146,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "value_head": None if self.policy.value_head is None else self.policy.value_head.state_dict(),
             "critic_optimizer": None if self.critic_optimizer is None else self.critic_optimizer.state_dict(),
+            "teacher": None if self.teacher is None else self.teacher.state_dict(),
             "config": asdict(self.cfg),
             "history": self.history,
         }
@@ -152,6 +165,8 @@ class Trainer:
             self.policy.value_head.load_state_dict(state["value_head"])
             assert self.critic_optimizer is not None
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.teacher is not None and state.get("teacher") is not None:
+            self.teacher.load_state_dict(state["teacher"])
         self.step = int(state["step"])
         self.history = list(state["history"])
         # The killed run may have logged steps after its last checkpoint: keep only what the checkpoint knows.
@@ -215,9 +230,17 @@ class Trainer:
         values = None
         if "values" in self.module.signals:
             with torch.no_grad():
-                values = self.policy.forward_logprobs(
-                    ids, att, return_entropy=False, return_values=True
-                ).values
+                values = self._critic_values(
+                    self.policy.forward_logprobs(ids, att, return_entropy=False, return_values=True).values
+                )
+        extra: dict[str, torch.Tensor] = {}
+        if "counterfactual_logprobs" in self.module.signals:
+            extra["counterfactual_logprobs"] = counterfactual_logprobs(self.policy, kept, batch).to(device)
+        if "teacher_logprobs" in self.module.signals:
+            assert self.teacher is not None
+            extra["teacher_logprobs"] = sequence_logprobs(self.teacher, ids, att) * mask
+        if "attention_stats" in self.module.signals:
+            extra["attention_stats"] = attention_stats(self.policy, ids, att, self.credit_cfg.layers) * mask
         ref_lp = None
         if self.reference is not None:
             with torch.no_grad():
@@ -233,6 +256,7 @@ class Trainer:
             old_logprobs=old_lp,
             segment_ids=batch.segment_ids.to(device),
             values=values,
+            signals=extra,
             step=step,
             total_steps=cfg.steps,
         )
@@ -240,7 +264,8 @@ class Trainer:
         advantages = credit_out.advantages.detach()
         metrics["time/credit_s"] = time.perf_counter() - t0
         metrics.update(credit_out.metrics)
-        self._keep_samples(kept, batch, advantages)
+        shown = credit_out.token_credit if credit_out.token_credit is not None else advantages
+        self._keep_samples(kept, batch, shown.detach())
 
         # 4. clipped policy-gradient update (and the critic's, for modules that train one)
         t0 = time.perf_counter()
@@ -292,8 +317,11 @@ class Trainer:
                     )
                 self.optimizer.step()
                 pg_metrics.update({"actor/entropy": entropy.item(), "actor/grad_norm": grad_norm.item()})
-                if self.critic_optimizer is not None and credit_out.returns is not None:
-                    v_loss, v_metrics = value_loss(fwd.values, credit_out.returns[rows].detach(), m)
+                if self.critic_optimizer is not None and not self.module.critic_signals:
+                    assert credit_out.returns is not None
+                    v_loss, v_metrics = value_loss(
+                        fwd.values, credit_out.returns[rows].detach(), m, kind=self.module.critic_loss
+                    )
                     self.critic_optimizer.zero_grad(set_to_none=True)
                     v_loss.backward()
                     if self.accelerator is not None:  # the small value head is averaged by hand
@@ -304,6 +332,13 @@ class Trainer:
                 for k, v in pg_metrics.items():
                     accum.setdefault(k, []).append(float(v))
         metrics.update({k: float(np.mean(v)) for k, v in accum.items()})
+        if (
+            self.module.critic_signals
+        ):  # actor first, then the critic on targets from the updated actor (PACT)
+            t1 = time.perf_counter()
+            metrics.update(self._critic_phase(credit_batch, ids, att))
+            metrics["time/critic_phase_s"] = time.perf_counter() - t1
+        self._refresh_teacher(step + 1)
         self.policy.backend.sync_weights(self.policy.model)  # vLLM samples the next step from the new weights
         metrics["time/backward_s"] = time.perf_counter() - t0
         metrics["time/step_s"] = time.perf_counter() - t_start
@@ -313,6 +348,55 @@ class Trainer:
                 value = torch.tensor(metrics[key], device=device)
                 metrics[key] = self.accelerator.reduce(value, reduction="mean").item()
         return metrics
+
+    def _critic_values(self, head_out: torch.Tensor) -> torch.Tensor:
+        """The value head's output as the module reads it: V itself, or sigmoid(logit) for a BCE critic."""
+        return torch.sigmoid(head_out) if self.module.critic_loss == "bce" else head_out
+
+    def _critic_phase(
+        self, credit_batch: CreditBatch, ids: torch.Tensor, att: torch.Tensor
+    ) -> dict[str, float]:
+        """Compute the module's critic signals with the updated actor, then fit the critic on its targets."""
+        assert self.critic_optimizer is not None and self.module.critic_targets is not None
+        signals = dict(credit_batch.signals)
+        if "updated_logprobs" in self.module.critic_signals:
+            with torch.no_grad():
+                signals["updated_logprobs"] = self.policy.forward_logprobs(
+                    ids, att, return_entropy=False
+                ).logprobs
+        phase_batch = dataclasses.replace(credit_batch, signals=signals)
+        targets, target_mask = self.module.critic_targets(phase_batch, self.credit_cfg)
+        out: dict[str, list[float]] = {}
+        for rows in torch.tensor_split(torch.arange(ids.shape[0], device=ids.device), self.cfg.minibatches):
+            fwd = self.policy.forward_logprobs(ids[rows], att[rows], return_entropy=False, return_values=True)
+            v_loss, v_metrics = value_loss(
+                fwd.values, targets[rows], target_mask[rows], kind=self.module.critic_loss
+            )
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            v_loss.backward()
+            if self.accelerator is not None:
+                for param in self.policy.value_head.parameters():
+                    param.grad = self.accelerator.reduce(param.grad, reduction="mean")
+            self.critic_optimizer.step()
+            for k, v in v_metrics.items():
+                out.setdefault(k, []).append(float(v))
+        metrics = {k: float(np.mean(v)) for k, v in out.items()}
+        metrics["critic/target_mask_frac"] = float(
+            target_mask.sum() / credit_batch.policy_mask.sum().clamp(min=1)
+        )
+        return metrics
+
+    def _refresh_teacher(self, step: int) -> None:
+        """The self-teacher (CAST): a stop-gradient snapshot refreshed every N steps, or an EMA of the policy."""
+        if self.teacher is None:
+            return
+        ema = getattr(self.credit_cfg, "teacher_ema", None)
+        with torch.no_grad():
+            if ema is not None:
+                for t, p in zip(self.teacher.parameters(), self.policy.model.parameters(), strict=True):
+                    t.mul_(ema).add_(p.detach(), alpha=1.0 - ema)
+            elif step % int(self.credit_cfg.teacher_refresh_every) == 0:
+                self.teacher.load_state_dict(self.policy.model.state_dict())
 
     def _keep_samples(self, kept: list[Episode], batch: Any, advantages: torch.Tensor, n: int = 6) -> None:
         rewards = np.array([ep.reward for ep in kept])

@@ -18,6 +18,7 @@ from creditgym.agents.config import TrainConfig
 from creditgym.agents.loss import policy_loss
 from creditgym.agents.rollout import RolloutStats, sample_with_oom_backoff, to_batch
 from creditgym.agents.trainer import Trainer, TrainingDiverged
+from creditgym.credit import available, get
 
 SMALL = dict(
     steps=4,
@@ -189,16 +190,20 @@ def test_bad_names_are_listed(tmp_path: Path) -> None:
     assert res.returncode != 0 and str(missing) in res.stderr
 
 
-@pytest.mark.parametrize("name", ["grpo", "rloo", "gae"])
-def test_each_baseline_trains_end_to_end(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", available())
+def test_each_credit_module_trains_end_to_end(name: str, tmp_path: Path) -> None:
     cfg = TrainConfig(**{**SMALL, "steps": 2, "eval_every": 2, "credit": name})
     summary = Trainer(cfg, tmp_path).run()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["steps"] == 2 and all(r.get("actor/pg_loss") is not None for r in rows[1:])
     assert any(k.startswith(f"credit/{name}/") for k in rows[1])
-    if name == "gae":  # the value head is trained and saved beside the model
+    module = get(name)
+    assert rows[1]["time/signals_s"] is not None  # what the module declared was computed, and timed
+    if module.critic:  # the value head is trained and saved beside the model
         assert rows[1]["critic/vf_loss"] is not None
         assert (tmp_path / "final" / "value_head.safetensors").is_file()
+    if module.critic_signals:  # the critic phase ran after the actor update
+        assert rows[1]["time/critic_phase_s"] is not None and rows[1]["critic/target_mask_frac"] > 0
 
 
 def test_kl_to_the_reference_starts_at_zero(tmp_path: Path) -> None:
@@ -242,3 +247,16 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     assert summary["processes"] == 2 and summary["params_in_sync"] is True  # actor and value head alike
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0.0, 1.0, 2.0]  # process 0 alone logs
+
+
+def test_a_module_needing_a_missing_signal_fails_at_start_up(tmp_path: Path) -> None:
+    from creditgym.envs.math import MathEnv
+
+    class NoCounterfactual(MathEnv):
+        has_counterfactual = False
+
+    import gymnasium as gym
+
+    gym.register("testing/NoCf-v0", entry_point=NoCounterfactual)
+    with pytest.raises(ValueError, match=r"'cort' needs a counterfactual prompt.*testing/NoCf-v0"):
+        Trainer(TrainConfig(**{**SMALL, "credit": "cort", "env_id": "testing/NoCf-v0"}), tmp_path)

@@ -1,0 +1,137 @@
+"""The ``llm_judge`` criterion: a yes/no question about the response, asked to an OpenAI-compatible endpoint.
+
+Only the standard library (``urllib.request``) is used. A request is ``POST {base_url}/chat/completions`` with a
+system turn asking for a one-word answer; the reply's first word decides (``yes`` = 1.0, ``no`` = 0.0). A failed
+call (connection refused, HTTP error, ``timeout`` seconds without an answer, a body that is not a chat completion,
+an answer that is neither yes nor no) is retried ``retries`` times, then raises :class:`JudgeError`, which the
+grader turns into an ``infra_error`` verdict (score ``None``), never a silent 0. Answers are cached in memory by
+``(model, question, response)`` (successes only, the most recent 4,096).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from typing import Any
+
+SYSTEM = "You grade a response against one yes/no question. Reply with exactly one word: yes or no."
+DEFAULTS: dict[str, Any] = {"api_key_env": None, "timeout": 30.0, "retries": 2}
+REQUIRED = ("question", "model", "base_url")
+_CACHE_SIZE = 4096
+_BACKOFF_S = 0.1
+
+_cache: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+class JudgeError(RuntimeError):
+    """The endpoint gave no usable answer after all retries."""
+
+
+def validate(kwargs: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the kwarg when ``kwargs`` do not fit ``llm_judge``."""
+    known = (*REQUIRED, *DEFAULTS)
+    for name in kwargs:
+        if name not in known:
+            raise ValueError(f"criterion 'llm_judge': unknown kwarg {name!r}; it takes {sorted(known)}")
+    for name in REQUIRED:
+        if not isinstance(kwargs.get(name), str) or not kwargs[name].strip():
+            raise ValueError(f"criterion 'llm_judge': kwarg {name!r} must be a non-empty string")
+    timeout = kwargs.get("timeout", DEFAULTS["timeout"])
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"criterion 'llm_judge': kwarg 'timeout' must be a positive number, got {timeout!r}")
+    retries = kwargs.get("retries", DEFAULTS["retries"])
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"criterion 'llm_judge': kwarg 'retries' must be an int >= 0, got {retries!r}")
+    key_env = kwargs.get("api_key_env")
+    if key_env is not None and not isinstance(key_env, str):
+        raise ValueError(
+            f"criterion 'llm_judge': kwarg 'api_key_env' must be a string or None, got {key_env!r}"
+        )
+
+
+def clear_cache() -> None:
+    """Forget every cached judge answer."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _parse(body: bytes) -> float:
+    try:
+        data = json.loads(body)
+        content = data["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise JudgeError(f"not a chat completion: {body[:200]!r}") from e
+    words = str(content).strip().lower().split()
+    word = words[0].strip(".,!:;\"'*") if words else ""
+    if word in ("yes", "no"):
+        return 1.0 if word == "yes" else 0.0
+    raise JudgeError(f"the judge answered neither yes nor no: {str(content)[:200]!r}")
+
+
+def ask(
+    response: str,
+    *,
+    question: str,
+    model: str,
+    base_url: str,
+    api_key_env: str | None = None,
+    timeout: float = 30.0,
+    retries: int = 2,
+) -> float:
+    """The judge's answer to ``question`` about ``response``: 1.0 (yes) or 0.0 (no).
+
+    Raises:
+        JudgeError: no usable answer after ``1 + retries`` attempts (the message holds the last error).
+    """
+    key = (model, question, response)
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    headers = {"Content-Type": "application/json"}
+    if api_key_env:
+        token = os.environ.get(api_key_env)
+        if not token:
+            raise JudgeError(f"environment variable {api_key_env} (the judge's API key) is not set")
+        headers["Authorization"] = f"Bearer {token}"
+    payload = {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {
+                "role": "user",
+                "content": f"Question: {question}\n\nResponse:\n{response}\n\nAnswer yes or no.",
+            },
+        ],
+        "temperature": 0,
+        "max_tokens": 4,
+    }
+    data = json.dumps(payload).encode("utf-8", "surrogatepass")
+    url = base_url.rstrip("/") + "/chat/completions"
+    last = "no attempt"
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(_BACKOFF_S * attempt)
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                score = _parse(reply.read())
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code} from {url}"
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            last = f"{type(e).__name__} calling {url}: {getattr(e, 'reason', e)}"
+        except JudgeError as e:
+            last = str(e)
+        else:
+            with _cache_lock:
+                _cache[key] = score
+                while len(_cache) > _CACHE_SIZE:
+                    _cache.popitem(last=False)
+            return score
+    raise JudgeError(f"llm_judge failed after {retries + 1} attempt(s): {last}")
