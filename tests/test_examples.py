@@ -49,3 +49,17 @@ def test_gpu_check_explains_itself_without_a_gpu() -> None:
         assert res.returncode == 0, res.stderr[-3000:]
     else:
         assert res.returncode == 2 and "CUDA is not available" in res.stdout
+
+
+def test_credit_overhead_benchmark(tmp_path: Path) -> None:
+    out = _run(
+        "examples/benchmarks/credit_overhead.py",
+        "--steps",
+        "1",
+        "--modules",
+        "grpo,pact",
+        "--json",
+        str(tmp_path / "c.json"),
+    )
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["grpo"]["ratio_to_grpo"] == 1.0 and data["pact"]["signals_s"] > 0 and "pact" in out
