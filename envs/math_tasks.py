@@ -10,13 +10,14 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import sympy
+
+from creditgym.envs.tasks import TaskList, TaskSource
 
 LEVELS: dict[int, str] = {
     1: "one-digit sums",
@@ -38,36 +39,6 @@ class MathTask:
     task_id: str
     level: int | None = None
     source: str = "procedural"
-
-
-class TaskSource(Protocol):
-    """Where an env draws its tasks from."""
-
-    def __len__(self) -> int: ...
-
-    def sample(self, rng: np.random.Generator) -> MathTask: ...
-
-
-class TaskList(Sequence[MathTask]):
-    """A fixed list of tasks (loaded from a file or dataset), sampled uniformly."""
-
-    def __init__(self, tasks: Sequence[MathTask], name: str = "tasks") -> None:
-        if not tasks:
-            raise ValueError(f"{name}: no tasks")
-        self._tasks = list(tasks)
-        self.name = name
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._tasks[i]
-
-    def __iter__(self) -> Iterator[MathTask]:
-        return iter(self._tasks)
-
-    def sample(self, rng: np.random.Generator) -> MathTask:
-        return self._tasks[int(rng.integers(len(self._tasks)))]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -171,7 +142,7 @@ class ProceduralMath:
             if _split_of(task.question) == self.split:
                 return task
 
-    def take(self, n: int, seed: int = 0) -> TaskList:
+    def take(self, n: int, seed: int = 0) -> TaskList[MathTask]:
         """``n`` distinct tasks, deterministic in ``seed`` (a fixed held-out set, for example)."""
         rng, seen, tasks = np.random.default_rng(seed), set(), []
         for _ in range(100 * n):
@@ -240,7 +211,7 @@ def record_to_task(record: dict, *, source: str, index: int) -> MathTask:
     )
 
 
-def load_jsonl(path: str | os.PathLike[str]) -> TaskList:
+def load_jsonl(path: str | os.PathLike[str]) -> TaskList[MathTask]:
     """Tasks from a GSM8K- or MATH-style JSONL file. A bad line raises ``ValueError`` naming file and line."""
     path = Path(path)
     if not path.is_file():
@@ -257,7 +228,7 @@ def load_jsonl(path: str | os.PathLike[str]) -> TaskList:
     return TaskList(tasks, name=str(path))
 
 
-def load_dataset_dir(path: str | os.PathLike[str], split: str | None = None) -> TaskList:
+def load_dataset_dir(path: str | os.PathLike[str], split: str | None = None) -> TaskList[MathTask]:
     """Tasks from a Hugging Face ``datasets`` dataset saved on disk (``save_to_disk``); nothing is downloaded."""
     from datasets import DatasetDict, load_from_disk
 
@@ -278,11 +249,11 @@ def load_dataset_dir(path: str | os.PathLike[str], split: str | None = None) -> 
 
 
 def resolve_tasks(
-    tasks: str | os.PathLike[str] | TaskSource | Sequence[MathTask] | None,
+    tasks: str | os.PathLike[str] | TaskSource[MathTask] | Sequence[MathTask] | None,
     *,
     levels: int | Sequence[int] = DEFAULT_LEVEL,
     split: str = "train",
-) -> TaskSource:
+) -> TaskSource[MathTask]:
     """Turn the Math env's ``tasks`` argument into a task source.
 
     ``None`` or ``"procedural"`` gives the bundled generator; a ``.jsonl`` path a JSONL file; a folder a dataset

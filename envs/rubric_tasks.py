@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
+from creditgym.envs.tasks import TaskList, TaskSource
 from creditgym.verifiers.rubric import Criterion
 
 TEST_FRACTION_MOD = 5  # one task in five (by hash of its text) belongs to the held-out split
@@ -49,38 +49,15 @@ class RubricTask:
     source: str = "procedural"
 
 
-class RubricTaskSource(Protocol):
-    """Where the Rubric env draws its tasks from."""
-
-    def __len__(self) -> int: ...
-
-    def sample(self, rng: np.random.Generator) -> RubricTask: ...
+RubricTaskSource = TaskSource[RubricTask]
 
 
-class RubricTaskList(Sequence[RubricTask]):
-    """A fixed list of tasks, sampled uniformly."""
-
-    def __init__(self, tasks: Sequence[RubricTask], name: str = "tasks") -> None:
-        if not tasks:
-            raise ValueError(f"{name}: no tasks")
-        self._tasks = list(tasks)
-        self.name = name
+class RubricTaskList(TaskList[RubricTask]):
+    """A fixed list of rubric tasks, sampled uniformly."""
 
     @property
     def has_counterfactual(self) -> bool:
         return all(t.render_criteria for t in self._tasks)
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._tasks[i]
-
-    def __iter__(self) -> Iterator[RubricTask]:
-        return iter(self._tasks)
-
-    def sample(self, rng: np.random.Generator) -> RubricTask:
-        return self._tasks[int(rng.integers(len(self._tasks)))]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""Task sources shared by the envs: anything with ``__len__`` and ``sample(rng)``, and a fixed list of tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class TaskSource(Protocol[T_co]):
+    """Where an env draws its tasks from, one per episode, with the env's seeded ``np_random``."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, rng: np.random.Generator) -> T_co: ...
+
+
+class TaskList(Sequence[T], Generic[T]):
+    """A fixed list of tasks (loaded from a file or a dataset), sampled uniformly."""
+
+    def __init__(self, tasks: Sequence[T], name: str = "tasks") -> None:
+        if not tasks:
+            raise ValueError(f"{name}: no tasks")
+        self._tasks = list(tasks)
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._tasks[i]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._tasks)
+
+    def sample(self, rng: np.random.Generator) -> T:
+        return self._tasks[int(rng.integers(len(self._tasks)))]
