@@ -64,13 +64,3 @@ def sequence_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     lp = torch.log_softmax(logits.logits[:, :-1].float(), -1)
     lp = lp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
     return torch.nn.functional.pad(lp, (1, 0))
-
-
-@torch.no_grad()
-def attention_stats(policy: Any, input_ids: Tensor, attention_mask: Tensor, layers: Sequence[int]) -> Tensor:
-    """``(B, T)`` normalised attention-row entropy at the position that chose each token, mean over ``layers``."""
-    fwd = policy.forward_logprobs(
-        input_ids, attention_mask, return_entropy=False, attention_layers=list(layers)
-    )
-    stats = torch.stack([fwd.attention_entropy[k] for k in sorted(fwd.attention_entropy)])  # (L, B, T)
-    return stats.mean(0)

@@ -33,12 +33,12 @@ from creditgym.agents.loss import aggregate, kl_penalty, policy_loss, value_loss
 from creditgym.agents.policy import Policy, load_policy
 from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play, to_batch
 from creditgym.agents.signals import (
-    attention_stats,
     check_env_provides,
     counterfactual_logprobs,
     sequence_logprobs,
 )
 from creditgym.credit import CreditBatch
+from creditgym.credit.compo import attention_concentration
 
 
 class TrainingDiverged(RuntimeError):
@@ -228,19 +228,29 @@ class Trainer:
         # 2. signals the credit module declared (only those), batched, without gradients
         t0 = time.perf_counter()
         values = None
-        if "values" in self.module.signals:
-            with torch.no_grad():
-                values = self._critic_values(
-                    self.policy.forward_logprobs(ids, att, return_entropy=False, return_values=True).values
-                )
         extra: dict[str, torch.Tensor] = {}
+        need_values, need_attention = (
+            "values" in self.module.signals,
+            "attention_stats" in self.module.signals,
+        )
+        if need_values or need_attention:  # one no-grad pass serves both
+            with torch.no_grad():
+                fwd = self.policy.forward_logprobs(
+                    ids,
+                    att,
+                    return_entropy=False,
+                    return_values=need_values,
+                    attention_layers=list(self.credit_cfg.layers) if need_attention else None,
+                )
+            if need_values:
+                values = self._critic_values(fwd.values)
+            if need_attention:  # concentration = 1 - mean normalised attention-row entropy (CompPO)
+                extra["attention_stats"] = attention_concentration(fwd.attention_entropy) * mask
         if "counterfactual_logprobs" in self.module.signals:
             extra["counterfactual_logprobs"] = counterfactual_logprobs(self.policy, kept, batch).to(device)
         if "teacher_logprobs" in self.module.signals:
             assert self.teacher is not None
             extra["teacher_logprobs"] = sequence_logprobs(self.teacher, ids, att) * mask
-        if "attention_stats" in self.module.signals:
-            extra["attention_stats"] = attention_stats(self.policy, ids, att, self.credit_cfg.layers) * mask
         ref_lp = None
         if self.reference is not None:
             with torch.no_grad():
