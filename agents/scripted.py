@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,11 +28,12 @@ class Agent(Protocol):
     ) -> tuple[list[list[int]], list[Tensor] | None]: ...
 
 
-class _OneByOne:
+class _OneByOne(abc.ABC):
     """Scripted agents answer each env on its own."""
 
+    @abc.abstractmethod
     def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
+        """This env's turn tokens."""
 
     def respond_batch(
         self, envs: Sequence[TokenEnv], rng: np.random.Generator

@@ -7,6 +7,7 @@ advances by many tokens at once and builds exactly the episode that stepping the
 
 from __future__ import annotations
 
+import abc
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ class TurnOutcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
+class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
     """Token-level stepping shared by creditgym's envs (a ``gymnasium.Env``; subclasses add tasks and verdicts).
 
     Subclasses implement :meth:`_begin_episode` (draw a task, return the prompt tokens) and :meth:`_end_turn`
@@ -210,13 +211,13 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int]):
 
     # -- for subclasses -------------------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _begin_episode(self, options: dict[str, Any] | None) -> tuple[list[int], dict[str, Any]]:
         """Draw a task with ``self.np_random``; return the prompt token ids and the reset info."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _end_turn(self, budget_exhausted: bool) -> TurnOutcome:
         """Decide what happens after a policy turn; ``budget_exhausted`` if it ended by the token budget."""
-        raise NotImplementedError
 
     # -- gymnasium API --------------------------------------------------------------------------------------------
 
