@@ -8,7 +8,7 @@ from typing import Any
 
 from creditgym.envs.core import TokenEnv, TurnOutcome
 from creditgym.envs.math_tasks import DEFAULT_LEVEL, MathTask, TaskSource, resolve_tasks
-from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
+from creditgym.envs.tokenizer import BUNDLED, render_chat, render_prompt, resolve_tokenizer
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
 
@@ -77,10 +77,7 @@ class MathEnv(TokenEnv):
     def prompt_tokens(self, task: MathTask, *, counterfactual: bool = False) -> list[int]:
         """The prompt of ``task``; ``counterfactual=True`` drops the formatting instruction (for CoRT replays)."""
         content = task.question if counterfactual else f"{task.question}\n{INSTRUCTION}"
-        messages = [{"role": "user", "content": content}]
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return render_chat(self.tokenizer, messages)
+        return render_prompt(self.tokenizer, content, system_prompt=self.system_prompt)
 
     def counterfactual_prompt_tokens(self) -> list[int]:
         """The current task's prompt without its formatting instruction (the same question, same template)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from creditgym.envs.core import TokenEnv, TurnOutcome
 from creditgym.envs.rubric_tasks import RubricTask, RubricTaskSource, resolve_tasks
-from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
+from creditgym.envs.tokenizer import BUNDLED, render_chat, render_prompt, resolve_tokenizer
 from creditgym.verifiers.rubric import REWARD_MODES, describe
 
 CRITERIA_HEADER = "Your response must meet these criteria:"
@@ -113,10 +113,8 @@ class RubricEnv(TokenEnv):
 
     def prompt_tokens(self, task: RubricTask, *, counterfactual: bool = False) -> list[int]:
         """The prompt of ``task``; ``counterfactual=True`` drops every criterion (for CoRT replays)."""
-        messages = [{"role": "user", "content": self.prompt_text(task, counterfactual=counterfactual)}]
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return render_chat(self.tokenizer, messages)
+        content = self.prompt_text(task, counterfactual=counterfactual)
+        return render_prompt(self.tokenizer, content, system_prompt=self.system_prompt)
 
     def counterfactual_prompt_tokens(self) -> list[int]:
         """The current task's prompt without its criteria (the same instruction, same template)."""

@@ -95,3 +95,13 @@ def render_chat(
         list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def render_prompt(
+    tokenizer: PreTrainedTokenizerBase, content: str, *, system_prompt: str | None = None
+) -> list[int]:
+    """Token ids of a one-turn prompt: an optional system turn, the user turn ``content``, the assistant header."""
+    messages = [{"role": "user", "content": content}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return render_chat(tokenizer, messages)

@@ -68,32 +68,24 @@ def test_prompt_and_env_tokens_never_receive_gradient(tmp_path: Path) -> None:
     assert torch.all(fwd.logprobs.grad[off] == 0) and torch.any(fwd.logprobs.grad[batch.policy_mask] != 0)
 
 
-def _train_cmd(out: Path, *extra: str) -> list[str]:
+def _train_args(out: Path, *extra: str) -> list[str]:
+    """``train`` and the small run's flags; a flag repeated in ``extra`` overrides (argparse keeps the last)."""
+    small = "--steps 4 --seed 3 --prompts-per-step 2 --group-size 4 --eval-every 2 --eval-episodes 8"
     return [
-        sys.executable,
-        "-m",
-        "creditgym.cli",
         "train",
         "--out",
         str(out),
-        "--steps",
-        "4",
-        "--seed",
-        "3",
-        "--prompts-per-step",
-        "2",
-        "--group-size",
-        "4",
-        "--eval-every",
-        "2",
-        "--eval-episodes",
-        "8",
+        *small.split(),
         "--checkpoint-every",
         "2",
         "--max-new-tokens",
         "24",
         *extra,
     ]
+
+
+def _train_cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "creditgym.cli", *_train_args(out, *extra)]
 
 
 def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
@@ -215,32 +207,8 @@ def test_kl_to_the_reference_starts_at_zero(tmp_path: Path) -> None:
 def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     """The multi-device path (accelerate + DDP), run as 2 CPU processes with the gloo backend."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [
-        str(torchrun),
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "creditgym.cli",
-        "train",
-        "--device",
-        "cpu",
-        "--credit",
-        "gae",
-        "--steps",
-        "2",
-        "--prompts-per-step",
-        "2",
-        "--group-size",
-        "4",
-        "--eval-every",
-        "2",
-        "--eval-episodes",
-        "8",
-        "--max-new-tokens",
-        "24",
-        "--out",
-        str(tmp_path),
-    ]
+    extra = ("--device", "cpu", "--credit", "gae", "--steps", "2")
+    cmd = [str(torchrun), "--nproc_per_node", "2", "-m", "creditgym.cli", *_train_args(tmp_path, *extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
