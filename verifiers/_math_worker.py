@@ -133,11 +133,25 @@ def _is_collection(value: Any) -> bool:
     return isinstance(value, (sympy.Set, sympy.Tuple, MatrixBase))
 
 
+# A bare computation over literal numbers ("81 + 17", "6 * 7"): a restated question, not a result.
+_COMPUTATION = re.compile(r"^\$?\s*-?\d+(?:\.\d+)?(?:\s*[-+*×·]\s*-?\d+(?:\.\d+)?)+\s*\$?$")
+_BEFORE_EQUALS = re.compile(r"\s*=")
+
+
+def _not_an_answer(text: str, match: re.Match[str]) -> bool:
+    """A fallback match that only restates work: the left side of an ``=``, or a computation of literals.
+
+    Without this rule a response cut off at ``"81 + 17 = "`` would score as the answer 98 (math-verify evaluates
+    the expression), and RL would learn to restate the question.
+    """
+    return bool(_BEFORE_EQUALS.match(text, match.end())) or bool(_COMPUTATION.match(match.group(0).strip()))
+
+
 def _fallback(text: str) -> tuple[list[Any], tuple[int, int] | None]:
     """math-verify's own extraction (LaTeX, then plain expressions; rightmost match first), with the match span.
 
     Mirrors ``math_verify.parser.extract_target_from_pred`` (any_match mode) so the span of what was extracted
-    is known.
+    is known; matches that only restate work (:func:`_not_an_answer`) are skipped.
     """
     for _, group in groupby(_FALLBACK_PATTERNS, key=lambda entry: entry[2]):
         matches = sorted(
@@ -146,6 +160,8 @@ def _fallback(text: str) -> tuple[list[Any], tuple[int, int] | None]:
             reverse=True,
         )
         for match, target in matches:
+            if _not_an_answer(text, match):
+                continue
             try:
                 value, string = extract_match(match, target)
             except Exception:

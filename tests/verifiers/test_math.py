@@ -144,6 +144,10 @@ CASES: list[tuple[str, str, str | int, str]] = [
     ("fallback-last-number", "So there are 17 marbles left in the jar.", "17", "correct"),
     ("fallback-latex", r"Therefore $x = \frac{3}{4}$", "0.75", "correct"),
     ("fallback-wrong", "I think 7, then 12", "7", "wrong"),
+    # a restated computation is not an answer (a response cut off mid-equation must not score)
+    ("fallback-restated-sum", "81 + 17 = ", "98", "wrong"),
+    ("fallback-restated-product", "so 6 * 7", "42", "wrong"),
+    ("fallback-equation-result", "81 + 17 = 98", "98", "correct"),
     # golds in other forms
     ("math-solution-gold", r"\boxed{\frac{1}{4}}", MATH_SOLUTION, "correct"),
     ("int-gold", r"\boxed{7}", 7, "correct"),
