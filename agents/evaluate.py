@@ -53,10 +53,15 @@ class Report:
         )
 
 
-def make_agent(spec: str, *, device: str | None = None) -> Agent:
-    """``oracle``, ``random``, or ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy decoding)."""
+def make_agent(spec: str, *, device: str | None = None, base_url: str | None = None) -> Agent:
+    """``oracle``, ``empty``, ``random``, ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy), or
+    ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM server)."""
     if spec in SCRIPTED:
         return SCRIPTED[spec]()
+    if spec.startswith("openai:") and spec[7:]:
+        from creditgym.agents.remote import OpenAIAgent
+
+        return OpenAIAgent(spec[7:], base_url=base_url)
     if spec.startswith("hf:"):
         from creditgym.agents.policy import load_policy
         from creditgym.agents.rollout import PolicyAgent
@@ -64,7 +69,7 @@ def make_agent(spec: str, *, device: str | None = None) -> Agent:
         agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
         agent.name = spec
         return agent
-    raise ValueError(f"unknown agent {spec!r}; known agents: {sorted(SCRIPTED)} or hf:PATH")
+    raise ValueError(f"unknown agent {spec!r}; known agents: {sorted(SCRIPTED)}, hf:PATH or openai:MODEL")
 
 
 def evaluate(
@@ -125,3 +130,171 @@ def write_report(report: Report, out_dir: str | Path) -> Path:
     (out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     (out / "report.md").write_text(report.markdown())
     return out / "report.json"
+
+
+# -- multi-turn agentic evaluation: one episode per task instance --------------------------------------------------
+
+
+@dataclass
+class InstanceRecord:
+    """How one task instance went (the last attempt, when an infrastructure fault forced a retry)."""
+
+    instance_id: str
+    status: str  # "resolved" | "unresolved" | "infra_error"
+    reward: float | None
+    turns: int
+    policy_tokens: int
+    tokens: int
+    seconds: float
+    attempts: int
+    end_reason: str | None
+    infra_error: str | None
+    tests: dict[str, str] = field(default_factory=dict)
+
+
+def _play_instance(
+    env: Any, agent: Agent, instance_id: str, seed: int, lock: Any
+) -> tuple[InstanceRecord, list[dict[str, Any]]]:
+    from creditgym.agents.remote import AgentError
+
+    t0 = time.perf_counter()
+    base = env.unwrapped
+    base.reset(seed=seed, options={"task_id": instance_id})
+    try:
+        with lock:
+            ep = play(agent, [base], [0], rng=np.random.default_rng(seed))[0]
+        info, infra, reward = ep.info, ep.infra_error, ep.reward
+    except AgentError as e:  # the agent's endpoint failed: not the agent's answer
+        base.close()
+        info, infra, reward = {"end_reason": "agent_error"}, f"agent: {e}", 0.0
+    resolved = "resolved" if info.get("resolved") else "unresolved"
+    status = "infra_error" if infra is not None else resolved
+    record = InstanceRecord(
+        instance_id=instance_id,
+        status=status,
+        reward=None if infra is not None else reward,
+        turns=len(getattr(base, "transcript", [])),
+        policy_tokens=int(base.ledger.policy_mask.sum()),
+        tokens=int(base.ledger.n),
+        seconds=round(time.perf_counter() - t0, 3),
+        attempts=1,
+        end_reason=info.get("end_reason"),
+        infra_error=infra,
+        tests=dict(info.get("tests") or {}),
+    )
+    trajectory = [dict(step) for step in getattr(base, "transcript", [])]
+    trajectory.append(
+        {
+            "verdict": info.get("status"),
+            "reward": record.reward,
+            "patch": info.get("patch"),
+            "infra_error": infra,
+        }
+    )
+    return record, trajectory
+
+
+def evaluate_tasks(
+    env_id: str,
+    agent: Agent,
+    tasks: Any,
+    *,
+    out_dir: str | Path | None = None,
+    workers: int = 1,
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Play one episode per task instance of a multi-turn env (``creditgym/SWEBench-v0``), ``workers`` at once.
+
+    An episode that ends in an infrastructure fault (engine down, image missing, the agent's endpoint failing) is
+    retried once; if it fails again it is counted under ``infra_errors``, never as unresolved.
+
+    Writes, when ``out_dir`` is given: ``report.json`` (``total``, ``resolved``, ``infra_errors``, per-instance
+    status, turns, tokens, time), ``report.md`` (a table) and ``trajectories/<instance_id>.jsonl`` (one line per
+    turn: response, action, observation; the last line holds the verdict and the patch).
+    """
+    import queue
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import nullcontext
+
+    from creditgym.agents.rollout import PolicyAgent
+    from creditgym.verifiers.sandbox import install_signal_handlers
+    from creditgym.verifiers.swebench import load_tasks
+
+    task_list = load_tasks(tasks)
+    ids = [t.instance_id for t in task_list]
+    install_signal_handlers()  # sandboxes start in worker threads; SIGINT/SIGTERM must still remove them
+    lock = threading.Lock() if isinstance(agent, PolicyAgent) else nullcontext()  # one model, one caller
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    # One env per worker, made here: importing transformers from several threads at once is not safe.
+    envs = [
+        gym.make(env_id, tasks=task_list, **(env_kwargs or {})) for _ in range(max(1, min(workers, len(ids))))
+    ]
+    free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for env in envs:
+        free.put(env)
+
+    def run(instance_id: str) -> InstanceRecord:
+        env = free.get()
+        try:
+            record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
+            if record.status == "infra_error":  # once more, from a fresh episode
+                record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
+                record.attempts = 2
+        finally:
+            free.put(env)
+        if out is not None:
+            lines = "".join(json.dumps(step, default=str) + "\n" for step in trajectory)
+            (out / "trajectories" / f"{instance_id}.jsonl").write_text(lines)
+        return record
+
+    t0 = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+            records = list(pool.map(run, ids))
+    finally:
+        for env in envs:
+            env.close()
+    report = _task_report(env_id, agent.name, records, time.perf_counter() - t0)
+    if out is not None:
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "report.md").write_text(task_report_markdown(report))
+    return report
+
+
+def _task_report(env_id: str, agent: str, records: list[InstanceRecord], seconds: float) -> dict[str, Any]:
+    resolved = sum(r.status == "resolved" for r in records)
+    infra = sum(r.status == "infra_error" for r in records)
+    scored = len(records) - infra
+    return {
+        "env_id": env_id,
+        "agent": agent,
+        "total": len(records),
+        "resolved": resolved,
+        "unresolved": scored - resolved,
+        "infra_errors": infra,
+        "resolve_rate": resolved / scored if scored else None,
+        "seconds": round(seconds, 3),
+        "instances": [asdict(r) for r in records],
+    }
+
+
+def task_report_markdown(report: dict[str, Any]) -> str:
+    """The report as a markdown summary and one table row per instance."""
+    rate = report["resolve_rate"]
+    rows = "\n".join(
+        f"| {r['instance_id']} | {r['status']} | {r['turns']} | {r['tokens']} | {r['seconds']:.1f} | "
+        f"{r['attempts']} | {r['infra_error'] or ''} |"
+        for r in report["instances"]
+    )
+    return (
+        f"# {report['agent']} on {report['env_id']}\n\n"
+        f"| total | resolved | unresolved | infra errors | resolve rate | seconds |\n|---|---|---|---|---|---|\n"
+        f"| {report['total']} | {report['resolved']} | {report['unresolved']} | {report['infra_errors']} | "
+        f"{'n/a' if rate is None else f'{rate:.3f}'} | {report['seconds']:.1f} |\n\n"
+        f"| instance | status | turns | tokens | seconds | attempts | infra error |\n|---|---|---|---|---|---|---|\n"
+        f"{rows}\n"
+    )

@@ -1,4 +1,4 @@
-"""Scripted agents for self-checks: an oracle that writes the known answer, and uniformly random tokens."""
+"""Scripted agents for self-checks: an oracle that writes the known answer, an empty answer, random tokens."""
 
 from __future__ import annotations
 
@@ -54,6 +54,18 @@ class OracleAgent(_OneByOne):
         return np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64)
 
 
+class EmptyAgent(_OneByOne):
+    """Writes ``env.empty_response()`` (the SWE env: submit at once, the empty patch), or an empty turn."""
+
+    name = "empty"
+
+    def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray:
+        empty = getattr(env, "empty_response", None)
+        text = empty() if empty is not None else ""
+        ids = env.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        return np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64)
+
+
 class RandomAgent(_OneByOne):
     """Uniformly random token ids until the stop token or the budget: the floor any learner must beat."""
 
@@ -63,4 +75,4 @@ class RandomAgent(_OneByOne):
         return rng.integers(0, env.vocab_size, size=env.max_new_tokens, dtype=np.int64)
 
 
-SCRIPTED: dict[str, type[OracleAgent] | type[RandomAgent]] = {"oracle": OracleAgent, "random": RandomAgent}
+SCRIPTED: dict[str, type[_OneByOne]] = {"oracle": OracleAgent, "empty": EmptyAgent, "random": RandomAgent}

@@ -10,12 +10,14 @@ from creditgym.envs.math_tasks import MathTask, ProceduralMath, load_dataset_dir
 from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
 
-ENV_IDS = ("creditgym/Math-v0", "creditgym/Rubric-v0")
+ENV_IDS = ("creditgym/Math-v0", "creditgym/Rubric-v0", "creditgym/SWEBench-v0")
 
 if "creditgym/Math-v0" not in registry:
     register(id="creditgym/Math-v0", entry_point="creditgym.envs.math:MathEnv")
 if "creditgym/Rubric-v0" not in registry:
     register(id="creditgym/Rubric-v0", entry_point="creditgym.envs.rubric:RubricEnv")
+if "creditgym/SWEBench-v0" not in registry:
+    register(id="creditgym/SWEBench-v0", entry_point="creditgym.envs.swe:SWEEnv")
 
 
 def registered_ids() -> list[str]:

@@ -10,20 +10,17 @@ grader turns into an ``infra_error`` verdict (score ``None``), never a silent 0.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections import OrderedDict
 from typing import Any
+
+from creditgym.verifiers.chat_client import EndpointError, chat_completion
 
 SYSTEM = "You grade a response against one yes/no question. Reply with exactly one word: yes or no."
 DEFAULTS: dict[str, Any] = {"api_key_env": None, "timeout": 30.0, "retries": 2}
 REQUIRED = ("question", "model", "base_url")
 _CACHE_SIZE = 4096
-_BACKOFF_S = 0.1
 
 _cache: OrderedDict[tuple[str, str, str], float] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -61,17 +58,12 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _parse(body: bytes) -> float:
-    try:
-        data = json.loads(body)
-        content = data["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise JudgeError(f"not a chat completion: {body[:200]!r}") from e
-    words = str(content).strip().lower().split()
+def _answer(content: str) -> float:
+    words = content.strip().lower().split()
     word = words[0].strip(".,!:;\"'*") if words else ""
     if word in ("yes", "no"):
         return 1.0 if word == "yes" else 0.0
-    raise JudgeError(f"the judge answered neither yes nor no: {str(content)[:200]!r}")
+    raise ValueError(f"the judge answered neither yes nor no: {content[:200]!r}")
 
 
 def ask(
@@ -94,12 +86,11 @@ def ask(
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    headers = {"Content-Type": "application/json"}
+    api_key = None
     if api_key_env:
-        token = os.environ.get(api_key_env)
-        if not token:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
             raise JudgeError(f"environment variable {api_key_env} (the judge's API key) is not set")
-        headers["Authorization"] = f"Bearer {token}"
     payload = {
         "model": model,
         "messages": [
@@ -112,26 +103,14 @@ def ask(
         "temperature": 0,
         "max_tokens": 4,
     }
-    data = json.dumps(payload).encode("utf-8", "surrogatepass")
-    url = base_url.rstrip("/") + "/chat/completions"
-    last = "no attempt"
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(_BACKOFF_S * attempt)
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                score = _parse(reply.read())
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code} from {url}"
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = f"{type(e).__name__} calling {url}: {getattr(e, 'reason', e)}"
-        except JudgeError as e:
-            last = str(e)
-        else:
-            with _cache_lock:
-                _cache[key] = score
-                while len(_cache) > _CACHE_SIZE:
-                    _cache.popitem(last=False)
-            return score
-    raise JudgeError(f"llm_judge failed after {retries + 1} attempt(s): {last}")
+    try:
+        score = chat_completion(
+            base_url, payload, api_key=api_key, timeout=timeout, retries=retries, parse=_answer
+        )
+    except EndpointError as e:
+        raise JudgeError(f"llm_judge {e}") from e
+    with _cache_lock:
+        _cache[key] = score
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return score
