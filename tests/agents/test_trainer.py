@@ -228,3 +228,16 @@ def test_a_module_needing_a_missing_signal_fails_at_start_up(tmp_path: Path) -> 
     gym.register("testing/NoCf-v0", entry_point=NoCounterfactual)
     with pytest.raises(ValueError, match=r"'cort' needs a counterfactual prompt.*testing/NoCf-v0"):
         Trainer(TrainConfig(**{**SMALL, "credit": "cort", "env_id": "testing/NoCf-v0"}), tmp_path)
+
+
+@pytest.mark.parametrize("name", ["grpo", "cort"])
+def test_cort_and_grpo_train_on_the_rubric_env(name: str, tmp_path: Path) -> None:
+    cfg = TrainConfig(
+        **{**SMALL, "steps": 2, "eval_every": 2, "credit": name, "env_id": "creditgym/Rubric-v0"}
+    )
+    summary = Trainer(cfg, tmp_path).run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["steps"] == 2 and summary["env_id"] == "creditgym/Rubric-v0"
+    assert 0.0 <= summary["eval_before"] <= 1.0 and all(r.get("actor/pg_loss") is not None for r in rows[1:])
+    if name == "cort":  # the counterfactual replay (the prompt without its criteria) ran and weighted tokens
+        assert rows[1]["time/signals_s"] > 0 and rows[1]["credit/cort/weight_max"] is not None
