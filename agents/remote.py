@@ -69,7 +69,7 @@ class OpenAIAgent:
         except EndpointError as e:
             raise AgentError(f"{self.name}: {e}") from e
         ids = env.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [*ids, min(env.stop_token_ids)]
+        return [*ids, env.end_of_turn_id]
 
     def respond_batch(
         self, envs: Sequence[TokenEnv], rng: np.random.Generator

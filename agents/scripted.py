@@ -51,7 +51,7 @@ class OracleAgent(_OneByOne):
         if oracle is None:
             raise TypeError(f"{type(env).__name__} has no oracle_response(); the oracle agent cannot play it")
         ids = env.tokenizer(oracle(), add_special_tokens=False)["input_ids"]
-        return np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64)
+        return np.asarray([*ids, env.end_of_turn_id], dtype=np.int64)
 
 
 class EmptyAgent(_OneByOne):
@@ -63,7 +63,7 @@ class EmptyAgent(_OneByOne):
         empty = getattr(env, "empty_response", None)
         text = empty() if empty is not None else ""
         ids = env.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
-        return np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64)
+        return np.asarray([*ids, env.end_of_turn_id], dtype=np.int64)
 
 
 class RandomAgent(_OneByOne):

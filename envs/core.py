@@ -307,6 +307,12 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
         return self._done
 
     @property
+    def end_of_turn_id(self) -> int:
+        """The token a scripted turn ends with: the tokenizer's EOS when it ends turns, else the lowest stop id."""
+        eos = self.tokenizer.eos_token_id
+        return int(eos) if eos is not None and int(eos) in self.stop_token_ids else min(self.stop_token_ids)
+
+    @property
     def prompt_length(self) -> int:
         return int(np.count_nonzero(self.ledger.source == Source.PROMPT))
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from creditgym.envs.core import TokenEnv, TurnOutcome
+from creditgym.envs.math_tasks import split_of
 from creditgym.envs.swe_tools import (
     PROTOCOL,
     Action,
@@ -73,6 +74,8 @@ class SWEEnv(TokenEnv):
         tokenizer: A Hugging Face tokenizer with a chat template, or a name/path (default: the bundled one).
         tasks: ``"bundled"`` (default), a task repo (a folder holding ``tasks/<id>/``), a JSON/JSONL/parquet file
             of SWE-bench instances, or a list of :class:`~creditgym.verifiers.swebench.SWETask`.
+        split: ``None`` (every task), or ``"train"`` / ``"test"``: the tasks whose instance id hashes into that
+            split (one in five is ``"test"``, as for Math-v0's problems).
         reward_mode: ``"resolved"`` or ``"partial"``.
         max_new_tokens: Token budget of one policy turn.
         max_turns: Policy turns before the episode is graded as it stands.
@@ -92,6 +95,7 @@ class SWEEnv(TokenEnv):
         tokenizer: Any = BUNDLED,
         tasks: str | os.PathLike[str] | Sequence[SWETask] = "bundled",
         *,
+        split: str | None = None,
         reward_mode: str = "resolved",
         max_new_tokens: int = 1024,
         max_turns: int = 20,
@@ -128,8 +132,13 @@ class SWEEnv(TokenEnv):
             render_mode=render_mode,
         )
         self.tasks = load_tasks(tasks)
+        if split is not None:
+            if split not in ("train", "test"):
+                raise ValueError(f"split must be 'train', 'test' or None (every task), got {split!r}")
+            self.tasks = [t for t in self.tasks if split_of(t.instance_id) == split]
         if not self.tasks:
-            raise ValueError(f"no SWE tasks found in {tasks!r}")
+            where = f"split {split!r} of " if split is not None else ""
+            raise ValueError(f"no SWE tasks in {where}{tasks!r}" + (" (use split=None)" if split else ""))
         self.reward_mode = reward_mode
         self.max_turns = int(max_turns)
         self.max_episode_tokens = int(max_episode_tokens)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.docker
 
 def _turn(env: SWEEnv, text: str) -> tuple:
     ids = env.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return env.step(np.asarray([*ids, min(env.stop_token_ids)], dtype=np.int64))
+    return env.step(np.asarray([*ids, env.end_of_turn_id], dtype=np.int64))
 
 
 @pytest.fixture(scope="module")

@@ -88,3 +88,24 @@ def test_apply_patch_command_applies_a_patch_in_bash(tmp_path) -> None:
     assert "CREDITGYM_PATCH_EOF_" in cmd  # the here-document marker never collides with the patch
     subprocess.run(["bash", "-c", cmd], cwd=repo, check=True, capture_output=True)
     assert (repo / "a.txt").read_text() == "one\nCREDITGYM_PATCH_EOF\n"
+
+
+def test_env_splits_tasks_and_answers_a_bad_turn_without_a_sandbox() -> None:
+    import numpy as np
+
+    from creditgym.envs.core import Source
+    from creditgym.envs.swe import SWEEnv
+
+    train, test = SWEEnv(split="train"), SWEEnv(split="test")
+    ids = {t.instance_id for t in train.tasks} | {t.instance_id for t in test.tasks}
+    assert len(ids) == len(train.tasks) + len(test.tasks) == len(SWEEnv().tasks) and test.tasks
+    with pytest.raises(ValueError, match="split must be"):
+        SWEEnv(split="dev")
+    env = SWEEnv(max_new_tokens=64)
+    env.reset(seed=0)
+    ids = env.tokenizer("hmm, not sure", add_special_tokens=False)["input_ids"] + [env.end_of_turn_id]
+    _, reward, term, trunc, info = env.step(np.asarray(ids))
+    assert (reward, term, trunc) == (0.0, False, False) and env._sandbox is None
+    text = env.tokenizer.decode(env.ledger.token_id[env.ledger.source == Source.ENV].tolist())
+    assert text == f"\n<|im_start|>user\n{info['observation']}<|im_end|>\n<|im_start|>assistant\n"
+    assert env.render() is None
