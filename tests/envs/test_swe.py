@@ -135,3 +135,20 @@ def test_check_env_after_a_real_sandbox_episode(tasks) -> None:
         check_env(env, skip_render_check=True)
     finally:
         env.close()
+
+
+def test_the_trainer_runs_on_the_swe_env(tasks, tmp_path) -> None:
+    from creditgym.agents.config import TrainConfig
+    from creditgym.agents.trainer import Trainer
+
+    cfg = TrainConfig(
+        env_id="creditgym/SWEBench-v0",
+        env_kwargs={"max_new_tokens": 16, "max_turns": 2, "max_episode_tokens": 2048},
+        steps=1,
+        prompts_per_step=1,
+        group_size=2,
+        eval_episodes=1,
+    )
+    summary = Trainer(cfg, tmp_path).run()
+    assert summary["steps"] == 1 and summary["eval_after"] == 0.0  # the tiny model does not fix bugs
+    assert (tmp_path / "final").is_dir()
