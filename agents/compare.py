@@ -698,8 +698,8 @@ def curves_png(results: Mapping[str, Any], path: str | Path) -> Path:
 
     base = results["baseline"]
     labels = [base] + [row["entry"] for row in results["summary"] if row["entry"] != base]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4)
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    colors = iter(list(plt.get_cmap("tab20").colors) * 2)  # 20 distinct colours: a study has many variants
     for label in labels:
         curves = [r["curve"] for r in results["runs"] if r["entry"] == label and r["status"] == "ok"]
         stats = curve_stats(curves)
@@ -716,7 +716,7 @@ def curves_png(results: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     if ax.has_data():
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"{results['config']['env_id']}: mean and 95% interval across seeds")
     fig.tight_layout()
     fig.savefig(path)
