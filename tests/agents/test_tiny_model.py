@@ -1,4 +1,4 @@
-"""The bundled tiny model (``agents/tiny/``): a plain Hugging Face folder, small, and middling at Math-v0."""
+"""The bundled tiny model (``agents/tiny/``): a plain Hugging Face folder, small, middling at Math and Rubric."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ FILES = (
     "tokenizer_config.json",
     "info.json",
 )
-GREEDY_FLOOR = 0.30  # measured: 0.55 greedy on 200 held-out problems, 0.50 on these 50
+GREEDY_FLOOR = 0.30  # measured: 0.53 greedy on 200 held-out problems, 0.52 on these 50
 
 
 def test_folder_is_complete_and_small() -> None:
@@ -33,6 +33,7 @@ def test_folder_is_complete_and_small() -> None:
     info = json.loads((folder / "info.json").read_text())
     assert {"command", "seed", "steps", "evaluation"} <= set(info)
     assert 0.3 <= info["evaluation"]["sampled_temperature_1"]["accuracy"] <= 0.6
+    assert 0.3 <= info["evaluation"]["rubric"]["sampled_temperature_1"]["score"] <= 0.65
 
 
 def test_loads_with_plain_transformers_and_matches_the_env_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
