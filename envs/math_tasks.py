@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from creditgym.envs.tasks import TaskList, TaskSource
+from creditgym.envs.tasks import TaskList, TaskSource, split_of
 
 LEVELS: dict[int, str] = {
     1: "one-digit sums",
@@ -27,7 +27,6 @@ LEVELS: dict[int, str] = {
     5: "multi-step word problems",
 }
 DEFAULT_LEVEL = 2
-TEST_FRACTION_MOD = 5  # one problem in five (by hash of its text) belongs to the held-out split
 
 
 @dataclass(frozen=True)
@@ -43,12 +42,6 @@ class MathTask:
 
 # --------------------------------------------------------------------------------------------------------------
 # procedural generator
-
-
-def split_of(text: str) -> str:
-    """``"test"`` for one text in five (by a stable hash), else ``"train"``."""
-    h = int(hashlib.md5(text.encode()).hexdigest()[:8], 16)
-    return "test" if h % TEST_FRACTION_MOD == 0 else "train"
 
 
 _NAMES = ("Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Mo", "Nia")

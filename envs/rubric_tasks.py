@@ -21,10 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from creditgym.envs.tasks import TaskList, TaskSource
+from creditgym.envs.tasks import TaskList, TaskSource, split_of
 from creditgym.verifiers.rubric import Criterion
-
-TEST_FRACTION_MOD = 5  # one task in five (by hash of its text) belongs to the held-out split
 
 
 @dataclass(frozen=True)
@@ -123,11 +121,6 @@ _CONFLICTS = {
         ("words_less", "bullets"),
     ]
 }
-
-
-def _split_of(text: str) -> str:
-    h = int(hashlib.md5(text.encode()).hexdigest()[:8], 16)
-    return "test" if h % TEST_FRACTION_MOD == 0 else "train"
 
 
 def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
@@ -261,7 +254,7 @@ class ProceduralRubric:
         while True:
             n = int(rng.integers(self.min_criteria, self.max_criteria + 1))
             task = generate_task(rng, n)
-            if _split_of(task.task_id) == self.split:
+            if split_of(task.task_id) == self.split:
                 return task
 
     def take(self, n: int, seed: int = 0) -> RubricTaskList:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from creditgym.envs.core import TokenEnv, TurnOutcome
-from creditgym.envs.math_tasks import split_of
 from creditgym.envs.swe_tools import (
     PROTOCOL,
     Action,
@@ -20,6 +19,7 @@ from creditgym.envs.swe_tools import (
     format_view,
     parse_action,
 )
+from creditgym.envs.tasks import split_of
 from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
 
 if TYPE_CHECKING:
@@ -296,7 +296,9 @@ class SWEEnv(TokenEnv):
         if self._sandbox is None:
             assert self.task is not None
             image = ensure_image(self.task, build=self.build_images)
-            self._sandbox = DockerSandbox(image, self.sandbox_config, labels={"org.creditgym.role": "episode"})
+            self._sandbox = DockerSandbox(
+                image, self.sandbox_config, labels={"org.creditgym.role": "episode"}
+            )
         return self._sandbox
 
     def _close_sandbox(self) -> None:

@@ -100,7 +100,9 @@ def parse_action(text: str) -> Action:
         if rng.strip():
             m = _RANGE.match(rng.strip())
             if m is None or int(m.group(1)) < 1 or int(m.group(2)) < int(m.group(1)):
-                raise ToolParseError(f"bad line range {rng.strip()!r}: write it as <first>-<last>, e.g. 10-40")
+                raise ToolParseError(
+                    f"bad line range {rng.strip()!r}: write it as <first>-<last>, e.g. 10-40"
+                )
             lines = (int(m.group(1)), int(m.group(2)))
         return Action("view", path=path, lines=lines)
     block = _BLOCK.search(body + "\n")
@@ -111,13 +113,17 @@ def parse_action(text: str) -> Action:
         )
     search, replace = block.group(1), block.group(2)
     if not search.strip():
-        raise ToolParseError("the SEARCH part of `ACTION: replace` is empty; copy the lines to change into it")
+        raise ToolParseError(
+            "the SEARCH part of `ACTION: replace` is empty; copy the lines to change into it"
+        )
     return Action("replace", path=arg, search=search, replace=replace)
 
 
 def format_bash(exit_code: int | None, output: str, timed_out: bool, timeout: float) -> str:
     """The observation for a shell command."""
-    status = f"[timed out after {timeout:g}s; the command was killed]" if timed_out else f"[exit code {exit_code}]"
+    status = (
+        f"[timed out after {timeout:g}s; the command was killed]" if timed_out else f"[exit code {exit_code}]"
+    )
     return f"{output.rstrip()}\n{status}" if output.strip() else status
 
 
