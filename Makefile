@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test engine install install-dev lint format bench clean
+VERL   := verl==0.9.1
+VBIN   := .venv-verl/bin
+
+.PHONY: run test test-tools test-verl engine install install-dev lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +20,7 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.core pyproject.toml
-	$(PIP) -e '.[dev,swe,sb3]'
+	$(PIP) -e '.[dev,swe,sb3,ray]'
 	touch $@
 
 install: $(VENV)/.core
@@ -31,9 +34,27 @@ run: install
 engine:
 	bash .ci/engine.sh
 
-## The whole suite, Docker tests included.
-test: install-dev engine
+## The whole suite, Docker and Ray tests included, then the verl adapter against real verl.
+test: install-dev engine test-tools
 	$(BIN)/python -m pytest
+	$(MAKE) test-verl
+
+## What the embedding and Ray-isolation tests build and run with: a C compiler, Python.h, unshare (Debian packages).
+test-tools:
+	@command -v gcc >/dev/null && command -v unshare >/dev/null \
+	  && test -f "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
+	  || { S=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$S apt-get update -qq && $$S apt-get install -y -q gcc python3-dev util-linux; }
+
+## verl pins transformers<5.11, so it gets an environment of its own: the pinned verl, torch and creditgym's core.
+.venv-verl/.ready: pyproject.toml
+	$(PYTHON) -m venv .venv-verl
+	$(VBIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH)
+	$(VBIN)/python -m pip install --quiet --disable-pip-version-check -e . '$(VERL)' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
+
+## The verl adapter registered in verl and checked against verl's own GRPO and GAE (fails if verl is missing).
+test-verl: .venv-verl/.ready
+	CREDITGYM_REQUIRE_VERL=1 $(VBIN)/python -m pytest tests/credit/test_adapters_verl.py -p no:cacheprovider
 
 lint: install-dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -45,4 +66,4 @@ bench: install-dev
 	$(BIN)/python examples/benchmarks/env_step.py --json runs/bench/env_step.json
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-verl runs .pytest_cache .ruff_cache

@@ -199,11 +199,12 @@ else
 fi
 
 # ---------------------------------------------------------------- smoke
-# One container, no network, with the resource limits the harness uses.
-if out="$("$DOCKER" run --rm --network none --memory 256m --pids-limit 256 --cpus 1 \
+# One container, no network, with the limits and isolation the sandboxes use (DockerSandbox).
+if out="$("$DOCKER" run --rm --init --network none --memory 256m --pids-limit 256 --cpus 1 \
+            --cap-drop ALL --security-opt no-new-privileges --ulimit fsize=2147483648 \
             --label org.creditgym.managed=true "$BASE_IMAGE" \
             python3 -c 'import sys; print("py" + sys.version.split()[0])' 2>&1)"; then
-    say "smoke ok: $out in $BASE_IMAGE (network none, --memory/--pids-limit/--cpus accepted)"
+    say "smoke ok: $out in $BASE_IMAGE (network none, limits, --init, --cap-drop ALL, fsize ulimit accepted)"
 else
     echo "$out" >&2
     die "a container from $BASE_IMAGE did not run (see above)"
