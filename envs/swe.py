@@ -23,12 +23,17 @@ from creditgym.envs.tasks import split_of
 from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
 
 if TYPE_CHECKING:
-    from creditgym.verifiers.sandbox import DockerSandbox, SandboxConfig
+    from creditgym.verifiers.docker_sandbox import DockerSandbox
+    from creditgym.verifiers.sandbox import SandboxConfig
     from creditgym.verifiers.swebench import SWETask
     from creditgym.verifiers.verdict import Verdict
 
 REWARD_MODES = ("resolved", "partial")
 _SENTINEL = "\x00creditgym-turn\x00"
+_CHARS_PER_TOKEN = (
+    16  # an observation is first cut to observation_tokens * this many characters, then tokenized
+)
+_LIFETIME_MARGIN_S = 600.0  # an episode's container outlives its time_limit by this much at most
 
 
 class SWEEnv(TokenEnv):
@@ -64,11 +69,14 @@ class SWEEnv(TokenEnv):
 
     Sandbox:
         The task's image (built locally from a task repo, cached by content hash, or an official SWE-bench image
-        that must already be present) runs as a :class:`~creditgym.verifiers.sandbox.DockerSandbox`: no network,
-        memory / CPU / pids limits, ``command_timeout`` per command (the command is killed), output capped. It
-        starts at the first action, not at ``reset`` (so resets are cheap and a fresh episode can be forked into
-        a group), and is removed at the episode's end, on ``reset``, on ``close``, on an exception, on
-        SIGINT/SIGTERM and at interpreter exit.
+        that must already be present) runs as a :class:`~creditgym.verifiers.docker_sandbox.DockerSandbox`: no
+        network, no capabilities, memory / CPU / pids / disk limits, ``command_timeout`` per command (everything
+        the command started is killed), output, file reads and the diff capped (``SandboxConfig``), symlinks
+        out of the repository refused by the file tools. It starts at the first action, not at ``reset`` (so
+        resets are cheap and a fresh episode can be forked into a group), and is removed at the episode's end, on
+        ``reset``, on ``close``, on an exception, on SIGINT/SIGTERM, at interpreter exit, and by the engine
+        ``time_limit`` + 10 minutes after it started. The first sandbox of a process removes the containers that
+        dead processes left behind.
 
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template, or a name/path (default: the bundled one).
@@ -83,7 +91,8 @@ class SWEEnv(TokenEnv):
         observation_tokens: Most tokens one observation may add (head and tail kept, the cut marked).
         time_limit: Wall-clock seconds from ``reset`` before the episode is graded as it stands.
         command_timeout: Seconds a ``bash`` action may run before it is killed.
-        sandbox: Limits of the episode's container (default :class:`~creditgym.verifiers.sandbox.SandboxConfig`).
+        sandbox: Limits of the episode's container (default: :class:`~creditgym.verifiers.sandbox.SandboxConfig`
+            with ``command_timeout`` and a ``max_lifetime`` of ``time_limit`` + 10 minutes).
         grade_timeout: Seconds the tests may run when grading.
         build_images: Build a missing task image (from its task folder) instead of reporting it missing.
         system_prompt: Replaces the protocol text (``{workdir}`` and ``{timeout}`` are filled in).
@@ -110,8 +119,8 @@ class SWEEnv(TokenEnv):
         stop_token_ids: Sequence[int] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        from creditgym.verifiers.sandbox import install_signal_handlers
-        from creditgym.verifiers.swebench import load_tasks
+        from creditgym.envs.swe_tasks import load_tasks
+        from creditgym.verifiers.sandbox import SandboxConfig, install_signal_handlers
 
         install_signal_handlers()  # no-op off the main thread; sandboxes of this env may start in other threads
         if reward_mode not in REWARD_MODES:
@@ -145,7 +154,9 @@ class SWEEnv(TokenEnv):
         self.observation_tokens = int(observation_tokens)
         self.time_limit = float(time_limit)
         self.command_timeout = float(command_timeout)
-        self.sandbox_config = sandbox
+        self.sandbox_config = sandbox or SandboxConfig(
+            command_timeout=self.command_timeout, max_lifetime=self.time_limit + _LIFETIME_MARGIN_S
+        )
         self.grade_timeout = float(grade_timeout)
         self.build_images = build_images
         self.system_prompt = system_prompt
@@ -221,8 +232,17 @@ class SWEEnv(TokenEnv):
 
         sandbox = self._ensure_sandbox()
         if action.kind == "bash":
-            result = sandbox.exec(action.command, timeout=self.command_timeout)
-            return format_bash(result.exit_code, result.output, result.timed_out, self.command_timeout)
+            try:
+                result = sandbox.exec(action.command, timeout=self.command_timeout)
+            except ValueError as e:  # a NUL byte in the command
+                return f"Error: {e}"
+            return format_bash(
+                result.exit_code,
+                result.output,
+                result.timed_out,
+                self.command_timeout,
+                disk=self.sandbox_config.disk if result.disk_exceeded else None,
+            )
         try:
             path = resolve_path(sandbox.workdir, action.path)
         except ValueError as e:
@@ -243,17 +263,26 @@ class SWEEnv(TokenEnv):
         return f"Replaced 1 occurrence in {action.path}."
 
     def _finish(self, reason: str) -> TurnOutcome:
-        from creditgym.verifiers.sandbox import SandboxError
+        from creditgym.verifiers.sandbox import DiffError, SandboxError
         from creditgym.verifiers.swebench import grade
+        from creditgym.verifiers.verdict import Verdict
 
         assert self.task is not None
         try:
             patch = self._sandbox.diff() if self._sandbox is not None else ""
         except SandboxError as e:
             return self._infra_error(e)
+        except DiffError as e:  # the agent broke the repository (rm -rf .git) or grew the diff past its cap
+            verdict = Verdict(
+                0.0, "wrong", {"error": str(e), "error_kind": "diff", "resolution": "RESOLVED_NO"}
+            )
+            return self._outcome(verdict, reason, "")
         finally:
             self._close_sandbox()
         verdict = grade(self.task, patch, partial=self.reward_mode == "partial", timeout=self.grade_timeout)
+        return self._outcome(verdict, reason, patch)
+
+    def _outcome(self, verdict: Verdict, reason: str, patch: str) -> TurnOutcome:
         info = self._verdict_info(verdict, reason, patch)
         if verdict.infra_error:
             return TurnOutcome(truncated=True, info=info)
@@ -273,6 +302,7 @@ class SWEEnv(TokenEnv):
             "tests": details.get("tests", {}),
             "end_reason": reason,
             "patch": patch,
+            "tampered": details.get("error_kind") == "tampered",
             "turns": len(self.transcript),
         }
         if verdict.infra_error:
@@ -290,8 +320,8 @@ class SWEEnv(TokenEnv):
     # -- sandbox --------------------------------------------------------------------------------------------------
 
     def _ensure_sandbox(self) -> DockerSandbox:
-        from creditgym.verifiers.sandbox import DockerSandbox
-        from creditgym.verifiers.swebench import ensure_image
+        from creditgym.verifiers.docker_sandbox import DockerSandbox
+        from creditgym.verifiers.swe_images import ensure_image
 
         if self._sandbox is None:
             assert self.task is not None
@@ -313,7 +343,16 @@ class SWEEnv(TokenEnv):
     # -- rendering observations -----------------------------------------------------------------------------------
 
     def _clip(self, observation: str) -> str:
-        """At most ``observation_tokens`` tokens of ``observation``: head and tail kept, the cut marked."""
+        """At most ``observation_tokens`` tokens of ``observation``: head and tail kept, the cut marked.
+
+        A long observation (a file of long lines) is first cut to a character budget, so tokenizing it costs
+        no more than tokenizing ``observation_tokens * 16`` characters.
+        """
+        chars = self.observation_tokens * _CHARS_PER_TOKEN
+        if len(observation) > chars:
+            half = chars // 2
+            cut = len(observation) - 2 * half
+            observation = f"{observation[:half]}\n[... {cut} characters cut ...]\n{observation[-half:]}"
         ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
         if len(ids) <= self.observation_tokens:
             return observation

@@ -119,11 +119,17 @@ def parse_action(text: str) -> Action:
     return Action("replace", path=arg, search=search, replace=replace)
 
 
-def format_bash(exit_code: int | None, output: str, timed_out: bool, timeout: float) -> str:
-    """The observation for a shell command."""
-    status = (
-        f"[timed out after {timeout:g}s; the command was killed]" if timed_out else f"[exit code {exit_code}]"
-    )
+def format_bash(
+    exit_code: int | None, output: str, timed_out: bool, timeout: float, disk: str | None = None
+) -> str:
+    """The observation for a shell command (``disk``: the sandbox's disk limit, when the command passed it)."""
+    if disk is not None:
+        killed = "the command was killed; " if exit_code is None else ""
+        status = f"[disk limit of {disk} exceeded: {killed}delete files before writing more]"
+    elif timed_out:
+        status = f"[timed out after {timeout:g}s; the command was killed]"
+    else:
+        status = f"[exit code {exit_code}]"
     return f"{output.rstrip()}\n{status}" if output.strip() else status
 
 

@@ -50,7 +50,7 @@ _SCAN_RE = re.compile(r"\\(?:boxed|fbox)\s*\{|\\.|[{}]", re.S)
 _CONNECTOR_RE = re.compile(
     r"""(?:
         \s | [,;/|&~.*] | \$ | \\[()\[\]] | \\\\ | \\[,;:!>\ ] | \\q?quad(?![a-zA-Z])
-        | (?<![a-zA-Z])(?:or|and|either)(?![a-zA-Z])
+        | (?<![a-zA-Z])(?:or|and|either|maybe|perhaps|possibly|alternatively|otherwise|else)(?![a-zA-Z])
         | \\(?:text|textrm|textbf|textit|mathrm|mbox|operatorname)\s*\{\s*(?:(?:or|and|,|;|/)\s*)?\}
         | \\(?:vee|lor)(?![a-zA-Z])
         | (?<![a-zA-Z\\])[a-zA-Z](?:_\{?\w{1,3}\}?)?\s*=(?!=)    # "x = \boxed{2} or x = \boxed{3}"
@@ -310,8 +310,14 @@ def clean_answer_text(text: str, offset: int = 0) -> Answer:
     return _trimmed(text, start, end, offset)
 
 
-def _answer_is(text: str) -> Extraction | None:
-    """The last "answer is ..." / "Answer: ..." whose text looks mathematical (or is a single word)."""
+def _answer_is(text: str, offset: int = 0, *, words: bool = True) -> Extraction | None:
+    """The last "answer is ..." / "Answer: ..." whose text looks mathematical (or, if ``words``, is one word)."""
+    if offset:
+        found = _answer_is(text[offset:], words=words)
+        if found is None:
+            return None
+        shifted = tuple(Answer(a.text, a.start + offset, a.end + offset) for a in found.answers)
+        return Extraction(found.method, shifted)
     best: Extraction | None = None
     # Only the last few: "answer is" repeated 50,000 times must not cost 50,000 scans.
     for match in reversed(list(_ANSWER_IS_RE.finditer(text))[-_MAX_ANSWER_IS:]):
@@ -327,9 +333,27 @@ def _answer_is(text: str) -> Extraction | None:
         found = Extraction("answer_is", tuple(alternatives))
         if any(_MATHY_RE.search(a.text) for a in alternatives):
             return found
-        if best is None and all(_WORD_RE.fullmatch(a.text) for a in alternatives):
+        if words and best is None and all(_WORD_RE.fullmatch(a.text) for a in alternatives):
             best = found
     return best
+
+
+def _later_statements(text: str, start: int) -> list[Answer]:
+    """Final-answer statements after position ``start`` ("The answer is 5", "Final answer: 5", "#### 5").
+
+    A response that boxes one answer and then states another gives two final answers: a hedge, unless they agree.
+    Only mathematical statements count ("The answer is correct" does not).
+    """
+    later: list[Answer] = []
+    gsm = _last_gsm8k(text[start:])
+    if gsm is not None:
+        answer = clean_answer_text(gsm.group(1), start + gsm.start(1))
+        if answer.text:
+            later.append(answer)
+    stated = _answer_is(text, start, words=False)
+    if stated is not None:
+        later.extend(stated.answers)
+    return later
 
 
 def extract(text: str) -> Extraction | None:
@@ -357,6 +381,7 @@ def extract(text: str) -> Extraction | None:
             return Extraction(
                 "boxed", error="the last \\boxed{} is empty", error_span=(boxes[-1].start, boxes[-1].end)
             )
+        answers.extend(_later_statements(text, group[-1].close_end))
         return Extraction("boxed", tuple(a for a in answers if a.text))
     gsm = _last_gsm8k(text)
     if gsm is not None:

@@ -4,6 +4,21 @@ This module imports sympy and math-verify (about 0.5 s), so only the fork server
 parent process never does. Each call runs in the worker's main thread with math-verify's own SIGALRM timeouts
 disabled (``parsing_timeout=None``, ``timeout_seconds=None``): the pool's external deadline kills the worker.
 
+An answer is read in three steps, cheapest first:
+
+1. the fast parser (:mod:`._math_fast`) for the common subset of LaTeX, with a size budget: a value too large to
+   build is compared by the guard (:mod:`._math_guard`) without being built;
+2. outside that subset, a scan for huge powers and factorials and deep nesting that would make sympy hang
+   (``budget`` verdicts, in milliseconds);
+3. math-verify's LaTeX parser, after two rewrites it lacks: degrees inside trigonometric functions
+   (``\\sin 60^\\circ`` is ``\\sin\\frac{\\pi}{3}``; elsewhere ``30^\\circ`` stays 30, math-verify's convention), and
+   ``i`` as the imaginary unit wherever math-verify itself treats the answer as complex (``e^{i\\pi} = -1``).
+
+Equality is math-verify's ``verify`` with ``allow_set_relation_comp=True`` (an interval equals the equivalent
+inequality, in either order), after two quicker exact checks it would agree with: rational functions with rational
+coefficients are equal when the numerator of their difference expands to 0, and two constants without decimals
+differ when their difference evaluates to a clear non-zero at 30 and at 50 digits.
+
 :func:`score` returns plain tuples (cheap to pickle); the parent turns them into :class:`Verdict` objects.
 """
 
@@ -13,18 +28,23 @@ import logging
 import os
 import re
 import signal
+import sys
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 from math_verify import verify as mv_verify
+from math_verify.grader import should_treat_as_complex
 from math_verify.parser import extract_match, get_extraction_regexes
 from sympy import MatrixBase
 
 from creditgym.verifiers import _math_extract as ex
+from creditgym.verifiers import _math_fast as fast
+from creditgym.verifiers import _math_guard as guard
 
 __all__ = ["FALLBACK_CHARS", "MAX_ANSWER_CHARS", "TEST_HOOK_PREFIX", "score"]
 
@@ -35,6 +55,7 @@ MAX_ANSWER_CHARS = 10_000
 TEST_HOOK_PREFIX = ex.TEST_HOOK_PREFIX
 _EXTRACTED_CHARS = 2000
 _MAX_ALTERNATIVES = 16
+_MAX_FALLBACK_TRIES = 8
 
 _LATEX = [LatexExtractionConfig()]
 _EXPR = [ExprExtractionConfig()]
@@ -47,9 +68,24 @@ _FALLBACK_PATTERNS = sorted(
     ),
     key=lambda entry: entry[2],
 )
-_PLAIN_NUMBER_RE = re.compile(r"-?\d{1,50}(?:\.\d{1,30})?")
-_GOLD_CACHE: OrderedDict[str, list[Any]] = OrderedDict()
+_GOLD_CACHE: OrderedDict[str, Parsed] = OrderedDict()
 _GOLD_CACHE_SIZE = 4096
+#: Outside the fast parser's subset, answers whose exponents exceed this, or factorials of more than
+#: ``_FACTORIAL_LIMIT``, or nesting deeper than ``_UNCOVERED_DEPTH``, are not handed to sympy.
+_EXPONENT_LIMIT = 100_000
+_FACTORIAL_LIMIT = 5_000
+_UNCOVERED_DEPTH = 60
+_TRIG_DEGREES_RE = re.compile(
+    r"(\\(?:sin|cos|tan|cot|sec|csc))\s*(\\left\s*)?(\()?\s*(-?\d+(?:\.\d+)?)\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)"
+    r"\s*(?(3)(?:\\right\s*)?\))"
+)
+_IMAGINARY_RE = re.compile(
+    r"(?<![A-Za-z\\])i(?![A-Za-z])|\\(?:mathrm|text)\s*\{\s*i\s*\}|\\imath(?![A-Za-z])"
+)
+_GROUP_AFTER_CARET_RE = re.compile(r"\^\s*(\{|\\?[A-Za-z]+|\d)")
+_FACTORIAL_RE = re.compile(r"(\d+)\s*\)?\s*!")
+# Python's recursion limit would stop the fast parser (and sympy) on deep but legitimate nesting first.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
 for _name in ("math_verify", "latex2sympy2_extended"):
     logging.getLogger(_name).setLevel(logging.ERROR)
@@ -71,7 +107,7 @@ def score(item: tuple[str, str]) -> Result:
     if letter is not None:
         return _score_choice(response, letter)
     gold_parsed = _parse_gold(gold_text)
-    if not gold_parsed:
+    if gold_parsed is None:
         return (
             "gold_error",
             f"gold {ex.short_repr(gold)} (answer part {ex.short_repr(gold_text)}) does not parse as a math expression",
@@ -82,48 +118,181 @@ def score(item: tuple[str, str]) -> Result:
 # ------------------------------------------------------------------------------------------------ parsing
 
 
+class BudgetExceeded(Exception):
+    """The comparison would need values past the size budget and no cheap view decides it."""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parsed answer: math-verify's ``[value, string]`` list, the fast parser's tree, and whether the value is
+    too large to build (then ``items`` is empty and only the guard compares it)."""
+
+    items: tuple[Any, ...]
+    node: fast.Node | None = None
+    huge: bool = False
+
+    @property
+    def value(self) -> Any:
+        return next((p for p in self.items if not isinstance(p, str)), None)
+
+
+def _mv_rewrite(text: str) -> str:
+    """Degrees inside trigonometric functions become radians; ``i`` becomes ``I`` where math-verify reads the
+    answer as complex (it parses ``i`` as a variable otherwise)."""
+    text = _TRIG_DEGREES_RE.sub(lambda m: f"{m.group(1)}{{(\\frac{{{m.group(4)}\\pi}}{{180}})}}", text)
+    if should_treat_as_complex(text):
+        text = _IMAGINARY_RE.sub("I", text)
+    return text
+
+
+def huge_inside(text: str) -> str | None:
+    """Why sympy must not be given ``text`` (a huge power or factorial, deep nesting), or ``None``."""
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(text):
+        if ch in "{([":
+            stack.append(i)
+            if len(stack) > _UNCOVERED_DEPTH:
+                return f"nesting deeper than {_UNCOVERED_DEPTH} levels"
+        elif ch in "})]" and stack:
+            closing[stack.pop()] = i
+    for match in _GROUP_AFTER_CARET_RE.finditer(text):
+        start = match.start(1)
+        braced = match.group(1) == "{"
+        exponent = text[start + 1 : closing.get(start, start)] if braced else match.group(1)
+        try:
+            value = fast.to_sympy(fast.parse(exponent))
+        except fast.TooBig:
+            return f"an exponent too large to build ({ex.short_repr(exponent, 40)})"
+        except (fast.Uncovered, TypeError, ValueError, ZeroDivisionError):
+            continue
+        if value.is_number and value.is_comparable and abs(value) > _EXPONENT_LIMIT:
+            return f"an exponent above {_EXPONENT_LIMIT:,} ({ex.short_repr(exponent, 40)})"
+    for match in _FACTORIAL_RE.finditer(text):
+        if len(match.group(1)) > 6 or int(match.group(1)) > _FACTORIAL_LIMIT:
+            return f"a factorial of {ex.short_repr(match.group(1), 20)}"
+    return None
+
+
+def _fast_parse(text: str) -> Parsed | None:
+    """The fast parser's reading of ``text`` (huge when too large to build), or ``None`` outside its subset."""
+    try:
+        node = fast.parse(text)
+    except (fast.Uncovered, RecursionError):
+        return None
+    try:
+        return Parsed((fast.to_sympy(node), text), node)
+    except fast.TooBig:
+        return Parsed((), node, huge=True)
+    except (fast.Uncovered, TypeError, ValueError, ZeroDivisionError, RecursionError, ArithmeticError):
+        return None
+
+
+def _parse_latex(text: str, *, gold: bool = False) -> Parsed | None:
+    """Parse one answer (LaTeX or plain); ``None`` if it does not parse.
+
+    Raises:
+        BudgetExceeded: an answer (not a gold) outside the fast subset that would make sympy build a huge value.
+    """
+    if not text or len(text) > MAX_ANSWER_CHARS:
+        return None
+    quick = _fast_parse(text)
+    if quick is not None:
+        return quick
+    if not gold:
+        reason = huge_inside(text)
+        if reason is not None:
+            raise BudgetExceeded(f"the answer holds {reason}")
+    rewritten = _mv_rewrite(text)
+    parsed = parse("\\boxed{" + rewritten + "}", _LATEX, parsing_timeout=None)
+    if not _has_value(parsed) and "\\" not in rewritten:
+        parsed = parse(rewritten, _EXPR, parsing_timeout=None)
+    return Parsed(tuple(parsed)) if _has_value(parsed) else None
+
+
 def _has_value(parsed: list[Any]) -> bool:
     return any(not isinstance(p, str) for p in parsed)
 
 
-def _parse_latex(text: str) -> list[Any]:
-    """Parse one answer (LaTeX or plain): ``[sympy_value, normalised_string]``, or ``[]`` if it does not parse.
-
-    Plain numbers ("72", "-3", "0.25") skip the LaTeX grammar (an ANTLR parser, about 9 ms a call) and become
-    the exact sympy number the grammar would give.
-    """
-    if not text or len(text) > MAX_ANSWER_CHARS:
-        return []
-    if _PLAIN_NUMBER_RE.fullmatch(text):
-        return [sympy.Rational(text) if "." in text else sympy.Integer(text), text]
-    parsed = parse("\\boxed{" + text + "}", _LATEX, parsing_timeout=None)
-    if not _has_value(parsed) and "\\" not in text:
-        parsed = parse(text, _EXPR, parsing_timeout=None)
-    return parsed if _has_value(parsed) else []
-
-
-def _parse_gold(gold_text: str) -> list[Any]:
+def _parse_gold(gold_text: str) -> Parsed | None:
     cached = _GOLD_CACHE.get(gold_text)
     if cached is not None:
         _GOLD_CACHE.move_to_end(gold_text)
         return cached
-    parsed = _parse_latex(gold_text)
-    if not parsed:
-        parsed = parse(gold_text, _LATEX_EXPR, parsing_timeout=None)
-        parsed = parsed if _has_value(parsed) else []
-    if parsed:
+    parsed = _parse_latex(gold_text, gold=True)
+    if parsed is None:
+        items = parse(_mv_rewrite(gold_text), _LATEX_EXPR, parsing_timeout=None)
+        parsed = Parsed(tuple(items)) if _has_value(items) else None
+    if parsed is not None:
         _GOLD_CACHE[gold_text] = parsed
         if len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
             _GOLD_CACHE.popitem(last=False)
     return parsed
 
 
-def _equal(gold: list[Any], answer: list[Any]) -> bool:
-    return bool(mv_verify(gold, answer, timeout_seconds=None))
+def _as_node(value: Any) -> fast.Node | None:
+    """A tree for an exact sympy number parsed by math-verify, so that the guard can compare it."""
+    if not isinstance(value, sympy.Rational):
+        return None
+    numerator: fast.Node = ("num", str(abs(value.p)))
+    node = numerator if value.q == 1 else ("div", numerator, ("num", str(value.q)))
+    return ("neg", node) if value < 0 else node
 
 
-def _value(parsed: list[Any]) -> Any:
-    return next((p for p in parsed if not isinstance(p, str)), None)
+def _rational_function(value: Any) -> bool:
+    """A rational function of its variables with rational coefficients, on which ``cancel`` decides equality."""
+    return (
+        isinstance(value, sympy.Expr)
+        and bool(value.free_symbols)
+        and value.is_rational_function()
+        and all(atom.is_Rational for atom in value.atoms(sympy.Number))
+        and all(power.exp.is_Integer for power in value.atoms(sympy.Pow))
+    )
+
+
+def _equal(gold: Parsed, answer: Parsed) -> bool:
+    """Whether ``answer`` equals ``gold``; raises :class:`BudgetExceeded` when a huge value cannot be compared."""
+    if gold.huge or answer.huge:
+        g = gold.node or _as_node(gold.value)
+        a = answer.node or _as_node(answer.value)
+        decision = guard.decide(g, a) if g is not None and a is not None else None
+        if decision is None:
+            raise BudgetExceeded("comparing these values would need numbers past the size budget")
+        return decision == "correct"
+    g, a = gold.value, answer.value
+    if _rational_function(g) and _rational_function(a):  # x^2-1 vs (x-1)(x+1): exact, and 10-100x faster
+        difference = g - a
+        if not difference.is_polynomial():
+            difference = sympy.numer(sympy.together(difference))
+        return bool(sympy.expand(difference) == 0)
+    if _constants_differ(g, a):  # sin(61 deg) vs sqrt(2)/2: no need for simplify() to fail slowly
+        return False
+    return bool(
+        mv_verify(list(gold.items), list(answer.items), timeout_seconds=None, allow_set_relation_comp=True)
+    )
+
+
+def _constants_differ(g: Any, a: Any) -> bool:
+    """Whether two exact constants (no variables, no decimals) certainly differ, by evaluation at 30 and 50 digits.
+
+    math-verify then says "different" too (its ``evalf`` and ``simplify`` tests both need ``g - a`` to vanish);
+    decimals are left to it because it compares them rounded to 6 places.
+    """
+    if not (isinstance(g, sympy.Expr) and isinstance(a, sympy.Expr)) or g.free_symbols or a.free_symbols:
+        return False
+    if (
+        g.atoms(sympy.Float)
+        or a.atoms(sympy.Float)
+        or g.has(sympy.zoo, sympy.nan)
+        or a.has(sympy.zoo, sympy.nan)
+    ):
+        return False
+    try:
+        gaps = [abs(sympy.N(g - a, digits)) for digits in (30, 50)]
+        scale = 1 + abs(sympy.N(g, 30))
+        return all(gap.is_comparable and gap > scale * sympy.Float("1e-20") for gap in gaps)
+    except (TypeError, ValueError, ArithmeticError):
+        return False
 
 
 def _is_collection(value: Any) -> bool:
@@ -147,11 +316,14 @@ def _not_an_answer(text: str, match: re.Match[str]) -> bool:
     return bool(_BEFORE_EQUALS.match(text, match.end())) or bool(_COMPUTATION.match(match.group(0).strip()))
 
 
-def _fallback(text: str) -> tuple[list[Any], tuple[int, int] | None]:
+def _fallback(text: str) -> tuple[Parsed | None, tuple[int, int] | None]:
     """math-verify's own extraction (LaTeX, then plain expressions; rightmost match first), with the match span.
 
     Mirrors ``math_verify.parser.extract_target_from_pred`` (any_match mode) so the span of what was extracted
     is known; matches that only restate work (:func:`_not_an_answer`) are skipped.
+
+    Raises:
+        BudgetExceeded: the match holds a huge power or factorial that sympy must not build.
     """
     for _, group in groupby(_FALLBACK_PATTERNS, key=lambda entry: entry[2]):
         matches = sorted(
@@ -159,18 +331,32 @@ def _fallback(text: str) -> tuple[list[Any], tuple[int, int] | None]:
             key=lambda mt: (mt[0].end(), -mt[0].start()),
             reverse=True,
         )
-        for match, target in matches:
+        for match, target in matches[:_MAX_FALLBACK_TRIES]:  # junk full of "$" must not cost 100 parses
             if _not_an_answer(text, match):
                 continue
+            groups = [name for name, v in match.groupdict().items() if v is not None]
+            spans = [match.span(name) for name in groups]
+            span = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else match.span()
+            many = len(groups) > 1 and isinstance(target, LatexExtractionConfig)  # "$x = 2$ or $x = 3$"
+            candidate = ", ".join(_without_variable([match.group(g) for g in groups])) if many else None
+            quick = _fast_parse(candidate or text[span[0] : span[1]])
+            if quick is not None:
+                return quick, span
+            inner = text[span[0] : span[1]]
+            if inner.count("{") != inner.count(
+                "}"
+            ):  # a fragment of junk, not a formula: skip the slow parser
+                continue
+            reason = huge_inside(match.group(0))
+            if reason is not None:
+                raise BudgetExceeded(f"the answer holds {reason}")
             try:
                 value, string = extract_match(match, target)
             except Exception:
                 continue
             if value is not None:
-                spans = [match.span(name) for name, v in match.groupdict().items() if v is not None]
-                span = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else match.span()
-                return [value, string], span
-    return [], None
+                return Parsed((value, string)), span
+    return None, None
 
 
 # ------------------------------------------------------------------------------------------------ verdicts
@@ -221,14 +407,23 @@ def _score_choice(response: str, letter: str) -> Result:
     return _verdict(status, _details(answer.text, letter, "choice"), [answer.span])
 
 
-def _score_math(response: str, gold_text: str, gold_parsed: list[Any]) -> Result:
+def _score_math(response: str, gold_text: str, gold_parsed: Parsed) -> Result:
     if not response.strip():
         return _verdict("unparseable", _details(None, gold_text, None, error="empty response"))
     found = ex.extract(response)
+    method = "fallback" if found is None else found.method
+    try:
+        return _score_found(response, found, gold_text, gold_parsed)
+    except BudgetExceeded as exc:  # a verdict in milliseconds instead of a worker stuck until its deadline
+        details = _details(None, gold_text, method, error=f"{exc}; not compared", budget=True)
+        return _verdict("timeout", details)
+
+
+def _score_found(response: str, found: ex.Extraction | None, gold_text: str, gold_parsed: Parsed) -> Result:
     if found is None:  # no box, no ####, no "answer is": math-verify's extraction over the tail
         offset = max(0, len(response) - FALLBACK_CHARS)
         parsed, span = _fallback(response[offset:])
-        if not parsed or span is None:
+        if parsed is None or span is None:
             return _verdict("unparseable", _details(None, gold_text, "fallback", error="no answer found"))
         start, end = span[0] + offset, span[1] + offset
         answer = ex.Answer(response[start:end], start, end)
@@ -240,14 +435,15 @@ def _score_math(response: str, gold_text: str, gold_parsed: list[Any]) -> Result
 
     answers = list(found.answers)
     distinct = len({_normal(a.text) for a in answers})
-    if distinct > _MAX_ALTERNATIVES and not _is_collection(_value(gold_parsed)):
+    collection = _is_collection(gold_parsed.value)
+    if distinct > _MAX_ALTERNATIVES and not collection:
         return _hedged(answers, gold_text, found.method)  # a long list of candidates: no need to parse them
     if distinct > 1:
-        if _is_collection(_value(gold_parsed)):  # "x = 2 or x = 3" for gold {2, 3}: a list of the elements
-            joined = ", ".join(a.text for a in answers)
+        if collection:  # "x = 2 or x = 3" for gold {2, 3}: a list of the elements
+            joined = ", ".join(_without_variable([a.text for a in answers]))
             parsed = _parse_latex(joined)
             whole = ex.Answer(joined, answers[0].start, answers[-1].end)
-            if not parsed:
+            if parsed is None:
                 return _verdict(
                     "unparseable", _details(joined, gold_text, found.method, error="answer does not parse")
                 )
@@ -258,12 +454,12 @@ def _score_math(response: str, gold_text: str, gold_parsed: list[Any]) -> Result
         if found.method != "boxed" and any(parsed_all):  # prose: "2 (or equivalently 2.0)" leaves scraps
             answers = [a for a, p in zip(answers, parsed_all, strict=True) if p]
             parsed_all = [p for p in parsed_all if p]
-        if not all(parsed_all) or not all(_equal(parsed_all[0], p) for p in parsed_all[1:]):
+        if not _all_equal(parsed_all):
             return _hedged(answers, gold_text, found.method)
-        return _judge(answers[-1], parsed_all[-1], gold_text, gold_parsed, found.method)
+        return _judge(answers[-1], parsed_all[-1], gold_text, gold_parsed, found.method)  # type: ignore[arg-type]
     answer = answers[-1]
     parsed = _parse_latex(answer.text)
-    if not parsed:
+    if parsed is None:
         error = "answer is too long" if len(answer.text) > MAX_ANSWER_CHARS else "answer does not parse"
         return _verdict(
             "unparseable", _details(answer.text, gold_text, found.method, error=error), [answer.span]
@@ -271,23 +467,49 @@ def _score_math(response: str, gold_text: str, gold_parsed: list[Any]) -> Result
     return _judge(answer, parsed, gold_text, gold_parsed, found.method)
 
 
+_ASSIGNMENT_RE = re.compile(r"\s*([A-Za-z])\s*=\s*(?!=)")
+
+
+def _without_variable(texts: list[str]) -> list[str]:
+    """The values of "x = 2 or x = 3" when every alternative assigns the same variable, else the texts."""
+    heads = [_ASSIGNMENT_RE.match(t) for t in texts]
+    if all(heads) and len({h.group(1) for h in heads if h}) == 1:
+        return [t[h.end() :] for t, h in zip(texts, heads, strict=True) if h]
+    return texts
+
+
+def _all_equal(parsed_all: list[Parsed | None]) -> bool:
+    """Whether every candidate parses and equals the first (two candidates that cannot be compared differ)."""
+    if not all(parsed_all):
+        return False
+    first = parsed_all[0]
+    try:
+        return all(_equal(first, p) for p in parsed_all[1:])  # type: ignore[arg-type]
+    except BudgetExceeded:
+        return False
+
+
 def _judge(
     answer: ex.Answer,
-    parsed: list[Any],
+    parsed: Parsed,
     gold_text: str,
-    gold_parsed: list[Any],
+    gold_parsed: Parsed,
     method: str,
     spans: list[tuple[int, int]] | None = None,
 ) -> Result:
     spans = spans or [answer.span]
-    value = _value(parsed)
-    if isinstance(value, sympy.FiniteSet) and len(value) > 1 and not _is_collection(_value(gold_parsed)):
+    value = parsed.value
+    if isinstance(value, sympy.FiniteSet) and len(value) > 1 and not _is_collection(gold_parsed.value):
         # "\boxed{2, 3}" or "\boxed{\pm 2}" for a single-valued gold: several candidate answers at once
         details = _details(
             answer.text, gold_text, method, hedged=True, alternatives=[str(v) for v in value.args]
         )
         return _verdict("wrong", details, spans)
-    status = "correct" if _equal(gold_parsed, parsed) else "wrong"
+    try:
+        status = "correct" if _equal(gold_parsed, parsed) else "wrong"
+    except BudgetExceeded as exc:
+        details = _details(answer.text, gold_text, method, error=f"{exc}; not compared", budget=True)
+        return _verdict("timeout", details, spans)
     return _verdict(status, _details(answer.text, gold_text, method), spans)
 
 
@@ -319,7 +541,7 @@ def _warm_up() -> None:
     try:
         for text in _WARM_UP_ANSWERS:
             parsed = _parse_latex(text)
-            if parsed:
+            if parsed is not None:
                 _equal(parsed, parsed)
         for pair in _WARM_UP_PAIRS:
             score(pair)

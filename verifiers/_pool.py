@@ -1,35 +1,33 @@
 """A small process pool with a hard per-item deadline that starts when a worker starts the item.
 
 Why not ``concurrent.futures.ProcessPoolExecutor`` or ``multiprocessing.Pool``: neither can stop one stuck task
-(a sympy call that never returns) without tearing the whole pool down, and a future's timeout counts from when it
-was submitted, not from when a worker picked it up. Here:
+(a sympy call that never returns) without tearing the whole pool down, a future's timeout counts from when it
+was submitted, not from when a worker picked it up, and their workers re-import the user's ``__main__``. Here:
 
-- Workers are started with the ``forkserver`` method (the parent may hold torch and its threads, which ``fork``
-  would copy in a broken state); the worker module is preloaded in the fork server, so a replacement worker is a
-  cheap ``fork`` of an already-warm process.
+- Workers are forked by the pool's own fork server (:mod:`creditgym.verifiers._forkserver`): a fresh interpreter
+  that has imported only the worker modules. Workers never see the user's main module, so the pool works the
+  same from a script without a main guard, ``python -c``, a heredoc piped to Python, a notebook or an embedded
+  interpreter; a replacement worker is a cheap ``fork`` of an already-warm process.
 - The parent sends items in small batches (each worker holds its current item plus ``prefetch`` queued ones, so
   it never waits on a round trip). A worker reports ``start`` (with its ``time.monotonic()``, which is
   system-wide on Linux) and ``done`` for every item; the deadline runs from ``start``.
-- The parent waits on all worker pipes and process sentinels with ``multiprocessing.connection.wait``. A worker
-  past its deadline is killed with SIGKILL and replaced; its item becomes ``timeout``. A worker that dies on its
-  own (segfault, OOM kill, external kill) is replaced and its item retried once in the replacement; a second
-  death makes the item ``died``. Items queued behind a killed or dead worker are re-sent without penalty.
-- No leaks: :meth:`DeadlinePool.close` kills and reaps every worker; pools still open at interpreter exit are
-  closed by an ``atexit`` hook; workers ask the kernel to SIGKILL them when the fork server (which exits with
-  the parent) goes away; a pool used after ``os.fork`` in a child forgets the parent's workers instead of
-  touching them.
+- The parent waits on all worker connections with ``multiprocessing.connection.wait``. A worker past its deadline
+  is killed with SIGKILL and replaced; its item becomes ``timeout``. A worker that dies on its own (segfault, OOM
+  kill, external kill) is replaced and its item retried once in the replacement; a second death makes the item
+  ``died``. Items queued behind a killed or dead worker are re-sent without penalty.
+- Fails fast: if the first workers of a pool cannot start (the fork server or the target cannot be imported,
+  no process can be forked), :meth:`DeadlinePool.run` raises :class:`WorkerStartError` naming the cause.
+- No leaks: :meth:`DeadlinePool.close` stops the fork server, which kills and reaps every worker; pools still
+  open at interpreter exit are closed by an ``atexit`` hook; the fork server exits with its owner and workers
+  with the fork server, even after a SIGKILL; a pool used after ``os.fork`` in a child forgets the parent's
+  workers instead of touching them.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import importlib
-import multiprocessing
 import multiprocessing.connection
-import multiprocessing.forkserver
-import multiprocessing.process
 import os
 import pickle
 import signal
@@ -38,11 +36,13 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["DeadlinePool", "Outcome"]
+from creditgym.verifiers._forkserver import ForkServer, WorkerStartError, resolve
+
+__all__ = ["DeadlinePool", "Outcome", "WorkerStartError"]
 
 OutcomeKind = Literal["ok", "error", "timeout", "died"]
 
@@ -50,7 +50,7 @@ OutcomeKind = Literal["ok", "error", "timeout", "died"]
 # a busy worker never blocks the parent (which must stay free to enforce deadlines).
 _UNREAD_BYTES_LIMIT = 32 * 1024
 _ENV_PREFIX = "CREDITGYM_"
-_PR_SET_PDEATHSIG = 1
+_WORKER_ENTRY = "creditgym.verifiers._pool:_worker_main"
 
 
 @dataclass(frozen=True)
@@ -75,33 +75,11 @@ class Outcome:
 # --------------------------------------------------------------------------------------------------- worker side
 
 
-def _die_with_parent() -> None:
-    """Make sure this worker dies with the pool's owner, even if the owner is SIGKILLed and runs no cleanup.
-
-    The worker's parent is the fork server, which exits once every holder of its "alive" pipe has exited: the
-    owner and, by default, each fork-server child. A worker drops its copy (it never starts processes itself),
-    so the fork server exits with the owner, and ``PR_SET_PDEATHSIG`` has the kernel SIGKILL the worker then;
-    a watchdog thread could not, while the worker is stuck in C code holding the GIL.
-    """
-    server = multiprocessing.forkserver._forkserver
-    alive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if alive_fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(alive_fd)
-        server._forkserver_alive_fd = None
-    parent = os.getppid()
-    with contextlib.suppress(Exception):  # not Linux, or no libc: best effort only
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the fork server died before the request took effect
-        os._exit(0)
-
-
 def _limit_memory(memory_mb: int) -> None:
     """Cap the address space at what the worker maps now plus ``memory_mb`` (``RLIMIT_AS``).
 
-    Relative, because a fork-server child inherits whatever the parent's main module imported (torch with CUDA
-    maps gigabytes of address space it never touches).
+    Relative, because a worker inherits what its fork server imported (sympy, math-verify), which is not the
+    worker's to account for.
     """
     with contextlib.suppress(Exception):  # no /proc or no resource module: run without a cap
         import resource
@@ -116,25 +94,16 @@ def _limit_memory(memory_mb: int) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _resolve(target: str) -> Callable[[Any], Any]:
-    module_name, _, qualname = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _worker_main(
-    conn: multiprocessing.connection.Connection, target: str, env: dict[str, str], memory_mb: int | None
-) -> None:
-    """Worker loop: receive ``("run", [(job_id, pickled_payload), ...])`` batches, run items one at a time."""
+def _worker_main(fd: int, target: str, env: dict[str, str], memory_mb: int | None) -> None:
+    """Worker loop (run by the fork server in a fresh child): receive ``("run", [(job_id, payload), ...])``
+    batches on ``fd`` and run the items one at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then kills us
-    _die_with_parent()
+    conn = multiprocessing.connection.Connection(fd)
     os.environ.update(env)
     if memory_mb:
         _limit_memory(memory_mb)
     try:
-        fn = _resolve(target)
+        fn = resolve(target)
         conn.send(("ready", os.getpid()))
     except BaseException:
         with contextlib.suppress(Exception):
@@ -177,7 +146,7 @@ class _Worker:
         "conn",
         "current",
         "last_progress",
-        "proc",
+        "pid",
         "queue",
         "ready",
         "reserved",
@@ -185,10 +154,8 @@ class _Worker:
         "started_at",
     )
 
-    def __init__(
-        self, proc: multiprocessing.process.BaseProcess, conn: multiprocessing.connection.Connection
-    ) -> None:
-        self.proc = proc
+    def __init__(self, pid: int, conn: multiprocessing.connection.Connection) -> None:
+        self.pid = pid
         self.conn = conn
         self.queue: deque[int] = deque()  # indices sent to the worker and not yet started
         self.reserved: deque[int] = deque()  # indices that must go to this worker (a retry after a death)
@@ -225,27 +192,28 @@ class _Batch:
 class _PoolState:
     """Everything a pool must clean up, kept apart from the pool so a finalizer can reach it."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str]) -> None:
         self.owner_pid = os.getpid()
+        self.server = ForkServer(preload)
         self.workers: list[_Worker] = []
-        self.reaping: list[multiprocessing.process.BaseProcess] = []
+        self.started = False  # a worker of this pool has been ready once: later start failures are not fatal
 
     def shutdown(self) -> None:
         if os.getpid() != self.owner_pid:  # a forked child must not touch its parent's workers
             return
-        procs = [w.proc for w in self.workers] + self.reaping
         for w in self.workers:
             with contextlib.suppress(Exception):
                 w.conn.close()
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.kill()
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.join(timeout=5.0)
-                proc.close()
         self.workers = []
-        self.reaping = []
+        self.server.close()  # the server kills and reaps every worker before it exits
+
+    def forget(self) -> None:
+        """In a child made by ``os.fork``: drop our copies of the parent's connections, touching nothing else."""
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                w.conn.close()
+        self.workers = []
+        self.server.forget()
 
 
 _LIVE_STATES: weakref.WeakSet[_PoolState] = weakref.WeakSet()
@@ -253,37 +221,20 @@ _LIVE_STATES: weakref.WeakSet[_PoolState] = weakref.WeakSet()
 
 @atexit.register
 def _close_all_pools() -> None:
-    """Kill every pool's workers at exit (registered after ``multiprocessing.util``'s hook, so it runs first)."""
+    """Kill every pool's workers at exit."""
     for state in list(_LIVE_STATES):
         state.shutdown()
 
 
-def _is_our_child(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
-    except (OSError, ValueError, IndexError):
-        return False
+def _forget_all_pools() -> None:
+    for state in list(_LIVE_STATES):
+        if state.owner_pid != os.getpid():
+            state.forget()
 
 
-def _forget_inherited_forkserver() -> None:
-    """In a child made by ``os.fork``, drop the parent's fork server so this process can start its own.
-
-    ``multiprocessing`` keeps the fork server's pid in a module global; in a forked child ``ensure_running``
-    would ``waitpid`` a process that is not its child and fail. Closing our copy of the "alive" pipe leaves the
-    parent's fork server running (the parent still holds its own copy).
-    """
-    server = multiprocessing.forkserver._forkserver
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is None or _is_our_child(pid):
-        return
-    alive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if alive_fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(alive_fd)
-    for name in ("_forkserver_alive_fd", "_forkserver_pid", "_forkserver_address"):
-        if hasattr(server, name):
-            setattr(server, name, None)
+# A forked child drops its copies of every pool's sockets at once, so that the fork servers still see their
+# owner go away (end of stream) when the owner exits while the child lives on.
+os.register_at_fork(after_in_child=_forget_all_pools)
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -304,7 +255,8 @@ class DeadlinePool:
         target: ``"module:function"``; the function takes one picklable payload and returns a picklable value.
             It runs in the worker's main thread.
         workers: Number of worker processes (started lazily, on the first :meth:`run`).
-        preload: Modules the fork server imports once, so new workers start warm (normally ``target``'s module).
+        preload: What the fork server prepares once, so that new workers start warm: modules to import, or
+            ``"module:function"`` warm-ups to call (``target``'s module is always imported first).
         prefetch: Items queued in a worker behind the one it is running (hides the parent's round trip).
         memory_mb: Address space each worker may add to what it maps at start (``RLIMIT_AS``), or ``None``.
         stall_timeout: A worker that holds queued items but starts none for this long is treated as dead.
@@ -334,12 +286,10 @@ class DeadlinePool:
         self._prefetch = max(0, int(prefetch))
         self._memory_mb = memory_mb
         self._stall_timeout = float(stall_timeout)
-        self._ctx = multiprocessing.get_context("forkserver")
-        self._set_preload(preload)
         self._lock = threading.Lock()
         self._closed = False
         self._next_job = 0
-        self._state = _PoolState()
+        self._state = _PoolState(list(dict.fromkeys([target.partition(":")[0], *preload])))
         _LIVE_STATES.add(self._state)
         self._finalizer = weakref.finalize(self, self._state.shutdown)
 
@@ -360,13 +310,16 @@ class DeadlinePool:
     def pids(self) -> list[int]:
         """Process ids of the current workers (for tests and diagnostics)."""
         self._check_owner()
-        return [w.proc.pid for w in self._state.workers if w.proc.pid is not None]
+        return [w.pid for w in self._state.workers]
 
     def run(self, payloads: Sequence[Any], timeout: float) -> list[Outcome]:
         """Run every payload; each gets ``timeout`` seconds from the moment a worker starts it.
 
-        Returns one :class:`Outcome` per payload, in order. Never raises for a bad item; raises ``RuntimeError``
-        if the pool is closed.
+        Returns one :class:`Outcome` per payload, in order. Never raises for a bad item.
+
+        Raises:
+            WorkerStartError: the pool's first workers could not start (the message names the cause).
+            RuntimeError: the pool is closed.
         """
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -383,8 +336,6 @@ class DeadlinePool:
             except BaseException:
                 self._abort()
                 raise
-            finally:
-                self._reap(block=False)
             return [
                 r if r is not None else Outcome("died", error="internal error: no result")
                 for r in batch.results
@@ -406,60 +357,35 @@ class DeadlinePool:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _set_preload(self, preload: Sequence[str]) -> None:
-        # The fork server is process-wide and reads this list only when it starts; keep others' modules.
-        existing = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", ["__main__"]))
-        wanted = existing + [m for m in preload if m not in existing]
-        if wanted != existing:
-            self._ctx.set_forkserver_preload(wanted)
-
     def _check_owner(self) -> None:
         """After ``os.fork``, forget (never kill) the parent's workers and start afresh in this process."""
         state = self._state
         if state.owner_pid == os.getpid():
             return
         self._lock = threading.Lock()  # another thread of the parent may have held it at the fork
-        for w in state.workers:
-            with contextlib.suppress(Exception):
-                w.conn.close()  # our copy of the parent's socket; closing it leaves the parent's intact
-        for proc in [w.proc for w in state.workers] + state.reaping:
-            multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
-        state.workers = []
-        state.reaping = []
+        state.forget()
         state.owner_pid = os.getpid()
         _LIVE_STATES.add(state)
-        _forget_inherited_forkserver()
 
     def _spawn(self) -> _Worker:
         env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIX)}
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=_worker_main,
-            args=(child_conn, self._target, env, self._memory_mb),
-            name="creditgym-verifier-worker",
-            daemon=True,
-        )
-        current = multiprocessing.process.current_process()
-        was_daemon = current._config.get("daemon", False)
-        try:
-            # multiprocessing refuses children in a daemonic process (e.g. an AsyncVectorEnv worker). Our workers
-            # die with the fork server, which exits with this process, so the reason for that rule does not apply.
-            current._config["daemon"] = False
-            proc.start()
-        finally:
-            current._config["daemon"] = was_daemon
-            child_conn.close()
-        worker = _Worker(proc, parent_conn)
+        pid, conn = self._state.server.spawn(_WORKER_ENTRY, (self._target, env, self._memory_mb))
+        worker = _Worker(pid, conn)
         self._state.workers.append(worker)
         return worker
 
     def _spawn_or_fail(self, batch: _Batch) -> _Worker | None:
-        """Start a worker; if the OS refuses (no processes or memory left), fail the batch's open items."""
+        """Start a worker; if that fails, raise on a pool that never had a worker, else fail the open items."""
         try:
             return self._spawn()
-        except Exception as exc:
-            self._fail_all(batch, f"could not start a verifier worker: {type(exc).__name__}: {exc}")
+        except WorkerStartError as exc:
+            self._start_failed(batch, str(exc))
             return None
+
+    def _start_failed(self, batch: _Batch, reason: str) -> None:
+        if not self._state.started:
+            raise WorkerStartError(reason)
+        self._fail_all(batch, reason)
 
     @staticmethod
     def _stalled(w: _Worker) -> bool:
@@ -467,27 +393,13 @@ class DeadlinePool:
         return w.current is None and bool(w.queue or w.reserved or not w.ready)
 
     def _discard(self, w: _Worker, *, kill: bool) -> None:
-        """Remove a worker from the pool (killing it if asked) and leave its process to be reaped."""
+        """Remove a worker from the pool (killing it if asked); the fork server reaps it."""
         if kill:
-            with contextlib.suppress(Exception):
-                w.proc.kill()
+            self._state.server.kill(w.pid)
         with contextlib.suppress(Exception):
             w.conn.close()
         if w in self._state.workers:
             self._state.workers.remove(w)
-        self._state.reaping.append(w.proc)
-
-    def _reap(self, *, block: bool) -> None:
-        still: list[multiprocessing.process.BaseProcess] = []
-        for proc in self._state.reaping:
-            with contextlib.suppress(Exception):
-                proc.join(timeout=5.0 if block else 0)
-            if proc.exitcode is None:
-                still.append(proc)
-            else:
-                with contextlib.suppress(Exception):
-                    proc.close()
-        self._state.reaping = still
 
     def _abort(self) -> None:
         """After an exception inside :meth:`run` (e.g. Ctrl-C): kill workers that still hold work."""
@@ -511,16 +423,11 @@ class DeadlinePool:
                     wake = min(wake, w.started_at + batch.timeout)
                 elif self._stalled(w):
                     wake = min(wake, w.last_progress + self._stall_timeout)
-            by_object: dict[Any, _Worker] = {}
-            for w in workers:
-                by_object[w.conn] = w
-                by_object[w.proc.sentinel] = w
+            by_conn = {w.conn: w for w in workers}
             wait_s = None if wake == float("inf") else max(0.0, wake - now)
-            ready = multiprocessing.connection.wait(list(by_object), wait_s)
-            touched: dict[int, _Worker] = {id(by_object[obj]): by_object[obj] for obj in ready}
-            for w in touched.values():
-                readable = self._drain(w, batch)
-                if not readable or w.proc.sentinel in ready:
+            for conn in multiprocessing.connection.wait(list(by_conn), wait_s):
+                w = by_conn[conn]  # type: ignore[index]
+                if not self._drain(w, batch):
                     self._on_death(w, batch)
             if batch.remaining <= 0:
                 break
@@ -556,7 +463,7 @@ class DeadlinePool:
                     self._on_death(w, batch)
 
     def _drain(self, w: _Worker, batch: _Batch) -> bool:
-        """Handle every message the worker has sent; False if its pipe is broken (it died)."""
+        """Handle every message the worker has sent; False if its connection is broken (it died)."""
         try:
             while w.conn.poll():
                 self._handle(w, w.conn.recv(), batch)
@@ -570,7 +477,7 @@ class DeadlinePool:
         if kind == "start":
             index = msg[1] - batch.first_job
             if not w.queue or w.queue[0] != index:
-                raise ValueError(f"worker {w.proc.pid} started an item it was not sent next ({msg[1]})")
+                raise ValueError(f"worker {w.pid} started an item it was not sent next ({msg[1]})")
             w.queue.popleft()
             w.sent_bytes -= len(batch.blobs[index])
             w.current = index
@@ -578,7 +485,7 @@ class DeadlinePool:
         elif kind == "done":
             index = msg[1] - batch.first_job
             if w.current != index:
-                raise ValueError(f"worker {w.proc.pid} finished an item it was not running ({msg[1]})")
+                raise ValueError(f"worker {w.pid} finished an item it was not running ({msg[1]})")
             w.current = None
             ok, value, elapsed = msg[2], msg[3], msg[4]
             batch.finish(
@@ -586,10 +493,11 @@ class DeadlinePool:
             )
         elif kind == "ready":
             w.ready = True
+            self._state.started = True
         elif kind == "fatal":
-            self._fail_all(batch, f"verifier worker could not start: {msg[1]}")
+            self._start_failed(batch, f"verifier worker could not start: {msg[1]}")
         else:
-            raise ValueError(f"unknown message from worker {w.proc.pid}: {kind!r}")
+            raise ValueError(f"unknown message from worker {w.pid}: {kind!r}")
 
     def _fail_all(self, batch: _Batch, reason: str) -> None:
         for w in list(self._state.workers):
@@ -609,10 +517,15 @@ class DeadlinePool:
         if w not in self._state.workers:
             return
         now = time.monotonic()
-        self._discard(w, kill=True)  # kill: a broken pipe may come from a process that has not exited yet
-        with contextlib.suppress(Exception):
-            w.proc.join(timeout=1.0)
-        how = _describe_exit(w.proc.exitcode)
+        self._discard(
+            w, kill=True
+        )  # kill: a broken connection may come from a process that has not exited yet
+        how = _describe_exit(self._state.server.exit_code(w.pid, timeout=1.0))
+        if not w.ready and not self._state.started:
+            self._start_failed(
+                batch, f"the first verifier worker (pid {w.pid}) died before it was ready ({how})"
+            )
+            return
         self._requeue(w, batch)
         batch.worker_deaths += 1
         if batch.worker_deaths > 2 * len(batch.results) + 4:
@@ -629,7 +542,7 @@ class DeadlinePool:
                 Outcome(
                     "died",
                     elapsed=now - w.started_at,
-                    error=f"verifier worker died twice on this item (last: pid {w.proc.pid}, {how})",
+                    error=f"verifier worker died twice on this item (last: pid {w.pid}, {how})",
                 ),
             )
         else:

@@ -265,3 +265,21 @@ def check_many(item: tuple[str, list[tuple[str, str]]]) -> list[tuple[float, lis
     """Pool entry point: ``(response, [(criterion_id, kwargs_json), ...])`` -> one ``check`` result each."""
     response, criteria = item
     return [check(cid, json.loads(kw), response) for cid, kw in criteria]
+
+
+# One value per kwarg type, enough for every checker to run once (the language checks load langdetect's profiles).
+_WARM_UP_KWARGS: dict[type, Any] = {list: ["word"], str: "at least", int: 1}
+
+
+def warm_up() -> None:
+    """Import and patch if-verifiable and run every checker once (the rubric fork server calls this at start)."""
+    _ifeval()
+    text = "Hello world. This is a short warm-up text, with a comma.\n\nA second paragraph [here]."
+    for criterion_id, schema in SCHEMAS.items():
+        kwargs = {name: _WARM_UP_KWARGS[types_[0]] for name, types_ in schema.items()}
+        kwargs.update({"language": "en", "letter": "a", "section_spliter": "Section"})
+        kwargs = {name: value for name, value in kwargs.items() if name in schema}
+        try:
+            check(criterion_id, kwargs, text)
+        except Exception:  # a warm-up failure must never stop the server; the real call reports it
+            continue

@@ -15,9 +15,14 @@ Verdicts (:class:`~creditgym.verifiers.verdict.Verdict`):
 - ``correct`` (score 1.0) / ``wrong`` (0.0): an answer was found and compared with the gold.
 - ``unparseable`` (0.0): no answer was found, or it does not parse (e.g. ``\\boxed{\\frac{1}{``).
 - ``timeout`` (0.0): the check ran past ``timeout`` seconds, counted from when a worker **started** it (time
-  spent queued does not count); the worker was killed and replaced.
+  spent queued does not count); the worker was killed and replaced. Also, within milliseconds and with
+  ``details["budget"] = True``, when the answer holds values past the size budget (``2^{10^{10}}`` inside a set)
+  that no cheap exact view can compare: such values are never handed to sympy.
 - ``infra_error`` (score ``None``): the worker process died twice on this item (segfault, OOM kill, killed from
-  outside) or the pool could not start workers; ``details["error"]`` says why. Trainers drop such samples.
+  outside); ``details["error"]`` says why. Trainers drop such samples.
+
+If the pool cannot start any worker at all (no usable Python, a broken install), the first call raises
+:class:`~creditgym.verifiers._pool.WorkerStartError` naming the cause, within seconds.
 
 ``spans`` holds the character span(s) ``(start, end)`` of the extracted answer in ``response`` (all candidate
 answers when hedging). ``details`` always has ``extracted`` (the answer string, ``None`` if none), ``gold`` (the
@@ -63,10 +68,10 @@ class MathVerifier:
     """A math-answer verifier that owns a pool of worker processes.
 
     Use it as a context manager, or call :meth:`close`; pools still open at interpreter exit are closed then.
-    Workers start on the first call (about a second for the first one, which also starts the fork server).
-    Workers are ``forkserver`` children, so, as with any ``spawn``/``forkserver`` multiprocessing code, a script
-    that verifies at import time must guard its entry point with ``if __name__ == "__main__":`` (the fork server
-    imports the main module once).
+    Workers start on the first call (a second or two for the first one, which also starts the pool's fork server:
+    a fresh interpreter that imports sympy and math-verify once). Workers never import your ``__main__``, so
+    verifying works the same from a script with or without an ``if __name__ == "__main__":`` guard, ``python -c``,
+    ``python - <<EOF``, a notebook or an interpreter embedded in another program.
 
     Extraction rules (the first that finds something decides):
 
@@ -94,7 +99,20 @@ class MathVerifier:
     strings. A gold that does not parse is a caller bug: it is detected in the worker (the parent never runs
     sympy) and :meth:`verify_many` raises ``ValueError`` naming it once the batch is done.
 
-    Numbers: a plain answer ("72", "-0.5") skips the LaTeX grammar and becomes the exact sympy number. Answers
+    Numbers follow math-verify's tolerance rule: when either side is a decimal, both are rounded to 6 decimal
+    places and compared, so ``3.0323886640`` and ``0.333333`` equal ``\\frac{749}{247}`` and ``\\frac{1}{3}``, while
+    ``0.333`` does not; integers, fractions and radicals compare exactly. An answer that is exactly ``0.5`` is
+    ``\\frac{1}{2}``. Other conventions beyond math-verify's own: degrees inside trigonometric functions are
+    degrees (``\\sin 60^\\circ = \\frac{\\sqrt{3}}{2}``; elsewhere ``30^\\circ`` is 30), ``i`` is the imaginary unit
+    (``e^{i\\pi} = -1``), an interval equals the equivalent inequality in either order (``x < 3`` and
+    ``(-\\infty, 3)``), and a boxed answer followed by a different final statement ("... \\boxed{5}. The answer is
+    6.") is a hedge, as is "\\boxed{5}, or maybe \\boxed{6}".
+
+    Speed and size: common answers (numbers, fractions, radicals, polynomials, sets, intervals, inequalities,
+    standard trigonometric values) are read by a bounded parser of their own in well under a millisecond; the rest
+    by math-verify's LaTeX grammar. Values too large to build (``7^{10^7}``, ``10^{10^{10^{10}}}``, ``10^6!``) are
+    compared without being built: equal canonical forms are ``correct``; different magnitudes, signs or residues
+    modulo a few primes are ``wrong``; anything else is a ``budget`` timeout (see ``_math_guard.py``). Answers
     longer than 10,000 characters are ``unparseable``. ``details["extracted"]`` is cut at 2,000 characters.
 
     Args:
@@ -167,6 +185,7 @@ class MathVerifier:
             TypeError: a response is not a string (or a gold not a string/number).
             ValueError: lengths differ, ``timeout`` is not positive, or some gold does not parse (raised after
                 the batch ran, naming the first bad golds).
+            WorkerStartError: no worker could be started at all (the message names the cause).
         """
         if self._closed:
             raise RuntimeError("this MathVerifier is closed; create a new one")

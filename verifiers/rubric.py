@@ -23,10 +23,14 @@ Verdict (:class:`~creditgym.verifiers.verdict.Verdict`):
   (``mode="all_or_nothing"``). ``status`` is ``"correct"`` if every criterion passed, else ``"wrong"``.
 - ``"infra_error"`` (score ``None``): a check could not run (the LLM judge's endpoint failed after its retries, a
   checker raised). ``details["error"]`` names the criterion. Trainers drop such episodes.
-- ``"timeout"`` (score 0.0): the IFEval checks of a long response ran past ``timeout`` seconds. Responses longer
-  than :data:`INLINE_MAX_CHARS` are checked in a worker process with a hard deadline, because several IFEval
-  regular expressions are quadratic on adversarial text (a megabyte of ``[`` or of blank lines).
+- ``"timeout"`` (score 0.0): the IFEval checks ran past ``timeout`` seconds.
 - ``spans``: the union of the criteria's spans, in criterion order.
+
+IFEval checks run in a worker process with the math verifier's guarantees (see ``_pool.py``): a hard deadline per
+call counted from when the worker starts it, a memory limit (``RLIMIT_AS``), and a fresh worker after a timeout or
+a crash, because several IFEval regular expressions are quadratic on adversarial text (16 KB of ``[`` took 1.7 s of
+the grading process's CPU inline). The worker is forked from a warm server that never imports your ``__main__``, so
+grading works from any script, heredoc or notebook. Custom checkers and the LLM judge run in the calling process.
 
 Responses that are not valid Unicode text (``bytes`` that are not UTF-8, ``str`` with lone surrogates from a
 byte-level detokenizer) are repaired with U+FFFD replacement characters first (``details["repaired"] = True``).
@@ -44,10 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from creditgym.verifiers import _rubric_ifeval, _rubric_judge
+from creditgym.verifiers._pool import DeadlinePool
 from creditgym.verifiers.verdict import Verdict
 
 __all__ = [
-    "INLINE_MAX_CHARS",
     "LLM_JUDGE",
     "CheckResult",
     "Checker",
@@ -57,6 +61,7 @@ __all__ = [
     "grade",
     "known_ids",
     "register_checker",
+    "worker_pids",
 ]
 
 Span = tuple[int, int]
@@ -64,10 +69,11 @@ CheckResult = bool | float | tuple[float, Span | None]
 RewardMode = Literal["partial", "all_or_nothing"]
 REWARD_MODES: tuple[str, ...] = ("partial", "all_or_nothing")
 LLM_JUDGE = "llm_judge"
-INLINE_MAX_CHARS = 16_384
 DEFAULT_TIMEOUT = 5.0
+#: Address space (MB) the IFEval worker may map beyond what it holds at start.
+WORKER_MEMORY_MB = 2048
 _WORKER_TARGET = "creditgym.verifiers._rubric_ifeval:check_many"
-_WORKER_PRELOAD = ("creditgym.verifiers._rubric_ifeval", "if_verifiable.ifeval.instructions_registry")
+_WORKER_WARM_UP = "creditgym.verifiers._rubric_ifeval:warm_up"
 
 
 class Checker(Protocol):
@@ -243,27 +249,28 @@ def _normalise(result: Any, criterion_id: str) -> tuple[float, list[Span]]:
 
 
 def _run_one(criterion: Criterion, text: str) -> tuple[float, list[Span]]:
-    if criterion.id in _rubric_ifeval.SCHEMAS:
-        return _rubric_ifeval.check(criterion.id, criterion.kwargs, text)
     if criterion.id == LLM_JUDGE:
         return _rubric_judge.ask(text, **criterion.kwargs), []
     return _normalise(_CHECKERS[criterion.id].fn(text, **criterion.kwargs), criterion.id)
 
 
-_pool: Any = None
+_pool: DeadlinePool | None = None
 _pool_lock = threading.Lock()
 
 
-def _deadline_pool() -> Any:
+def _deadline_pool() -> DeadlinePool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            from creditgym.verifiers._pool import DeadlinePool
-
             _pool = DeadlinePool(
-                _WORKER_TARGET, 1, preload=["creditgym.verifiers._rubric_ifeval"], prefetch=0
+                _WORKER_TARGET, 1, preload=[_WORKER_WARM_UP], prefetch=0, memory_mb=WORKER_MEMORY_MB
             )
         return _pool
+
+
+def worker_pids() -> list[int]:
+    """Process ids of the IFEval worker(s) now alive (diagnostics and tests; empty before the first grade)."""
+    return _deadline_pool().pids()
 
 
 @atexit.register
@@ -285,7 +292,7 @@ def grade(
         response: The model's response text (invalid Unicode is repaired, see the module docstring).
         criteria: The rubric; at least one criterion with a positive total weight.
         mode: ``"partial"`` (weighted mean of criterion scores) or ``"all_or_nothing"``.
-        timeout: Deadline in seconds for the IFEval checks of a response longer than :data:`INLINE_MAX_CHARS`.
+        timeout: Deadline in seconds for the IFEval checks, counted from when the worker starts them.
 
     Returns:
         The :class:`Verdict`; ``details["criteria"]`` lists each criterion's result in order.
@@ -293,6 +300,7 @@ def grade(
     Raises:
         TypeError: ``response`` is not text, or an item of ``criteria`` is not a :class:`Criterion`.
         ValueError: no criteria, zero total weight, an unknown ``mode``, or a non-positive ``timeout``.
+        WorkerStartError: the IFEval worker could not be started at all (the message names the cause).
     """
     if mode not in REWARD_MODES:
         raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
@@ -308,11 +316,7 @@ def grade(
     text, repaired = _repair(response)
 
     results: list[tuple[float | None, list[Span], str | None]] = [(None, [], None)] * len(criteria)
-    offload = (
-        [i for i, c in enumerate(criteria) if c.id in _rubric_ifeval.SCHEMAS]
-        if len(text) > INLINE_MAX_CHARS
-        else []
-    )
+    offload = [i for i, c in enumerate(criteria) if c.id in _rubric_ifeval.SCHEMAS]
     timed_out = False
     if offload:
         payload = (text, [(criteria[i].id, json.dumps(criteria[i].kwargs)) for i in offload])
@@ -327,7 +331,7 @@ def grade(
             else:
                 results[i] = (None, [], f"checker worker failed: {outcome.error}")
     for i, c in enumerate(criteria):
-        if offload and i in offload:
+        if i in offload:
             continue
         try:
             score, spans = _run_one(c, text)
@@ -364,3 +368,6 @@ def grade(
         score = sum(c.weight * row["score"] for c, row in zip(criteria, rows, strict=True)) / total
         score = min(1.0, max(0.0, score))
     return Verdict(score, "correct" if all_passed else "wrong", details, all_spans)
+
+
+from creditgym.verifiers import _rubric_local  # noqa: E402, F401  (registers its checks: needs register_checker)

@@ -18,7 +18,8 @@ class Verdict:
         score: The reward in [0, 1], or ``None`` when no score could be given because of an infrastructure
             fault (``status == "infra_error"``). Trainers drop such episodes instead of scoring them 0.
         status: ``"correct"`` / ``"wrong"`` (a judged answer), ``"unparseable"`` (no answer could be read),
-            ``"timeout"`` (the check ran past its deadline; scored 0: the response is what made it slow),
+            ``"timeout"`` (the check ran past its deadline, or would have: an answer past the math verifier's
+            size budget; scored 0: the response is what made it slow),
             ``"infra_error"`` (the verifier itself failed: a dead worker, an unreachable engine or endpoint).
         details: Verifier-specific facts (extracted answer, per-criterion scores, per-test outcomes, error text).
         spans: Character spans ``(start, end)`` in the response that the verdict rests on, such as the

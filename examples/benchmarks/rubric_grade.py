@@ -1,12 +1,14 @@
-"""Throughput of ``creditgym.verifiers.rubric.grade`` with IFEval checkers only, in this process.
+"""Throughput of ``creditgym.verifiers.rubric.grade`` with IFEval checkers only (run in the rubric's worker).
 
     python examples/benchmarks/rubric_grade.py [--tasks 200] [--repeats 3] [--seed 0] [--json PATH]
 
 The inputs are fixed by ``seed``: ``tasks`` procedural rubric tasks (1-4 criteria each) and, for each, five
 responses: the oracle (passes everything), the oracle lower-cased, with commas added, cut in half, and an empty
 string. Every (task, response) pair is graded ``repeats`` times after one warm-up pass (which also pays for the
-lazy ``if-verifiable`` import and langdetect's profile loading). Reported: responses graded per second overall and
-per response kind, with p50/p99 latency. ``run(...)`` returns the numbers as a dict for other scripts.
+start of the IFEval worker, whose fork server imports ``if-verifiable`` and loads langdetect's profiles). The checks
+run in a worker process under a deadline and a memory limit, so every call pays one round trip to it. Reported:
+responses graded per second overall and per response kind, with p50/p99 latency. ``run(...)`` returns the numbers
+as a dict for other scripts.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def main() -> None:
     print(result["table"])
     print(
         f"\n{result['responses_per_s']:.0f} responses graded per second "
-        f"({result['criteria_per_task']:.2f} criteria per task, IFEval checkers only, one process)"
+        f"({result['criteria_per_task']:.2f} criteria per task, IFEval checkers only, in the deadline worker)"
     )
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))

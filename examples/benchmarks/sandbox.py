@@ -6,10 +6,11 @@
 Three measurements, each against the same thing done with the ``docker`` CLI from a shell (subprocess), same image
 and limits, interleaved so that load on the machine hits both sides alike:
 
-- start-to-ready: ``DockerSandbox(image)`` + ``exec("true")`` vs ``docker run -d ... sleep infinity`` +
-  ``docker exec CID true`` (removal not timed); median of ``--starts``.
-- per-command: ``sandbox.exec("true")`` vs ``docker exec CID true`` on the same container; median of
-  ``--commands``.
+- start-to-ready: ``DockerSandbox(image)`` + ``exec("true")`` vs ``docker run -d --rm ... sleep <lifetime>`` +
+  ``docker exec CID true`` with the same limits, capabilities and ulimits (removal not timed); median of
+  ``--starts``.
+- per-command: ``sandbox.exec("true")`` (its own init, the watchdog, the disk check) vs ``docker exec CID true``
+  on the same container; median of ``--commands``.
 - parallel: ``--parallel`` sandboxes, one thread each, each running ``--loop`` short commands (wall time), vs the
   same number of threads running ``docker exec`` on those containers.
 
@@ -50,12 +51,13 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def _shell_run_args(image: str, cfg: SandboxConfig, tag: str) -> list[str]:
-    """``docker run`` with the limits DockerSandbox uses."""
+    """``docker run`` with the limits and isolation DockerSandbox uses."""
     return [
-        "run", "-d", "--network", "none", "--init", "--memory", cfg.memory, "--memory-swap", cfg.memory,
-        "--cpus", str(cfg.cpus), "--pids-limit", str(cfg.pids), "--security-opt", "no-new-privileges",
+        "run", "-d", "--rm", "--network", "none", "--init", "--memory", cfg.memory, "--memory-swap", cfg.memory,
+        "--cpus", str(cfg.cpus), "--pids-limit", str(cfg.pids), "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--ulimit", f"fsize={cfg.disk_bytes}",
         "--workdir", cfg.workdir, "--label", f"{LABEL}=1", "--label", f"{BENCH_LABEL}={tag}",
-        image, "sleep", "infinity",
+        image, "sleep", f"{cfg.max_lifetime:.0f}",
     ]  # fmt: skip
 
 

@@ -21,7 +21,8 @@ def _turn(env: SWEEnv, text: str) -> tuple:
 
 @pytest.fixture(scope="module")
 def tasks(docker_client, base_image):
-    from creditgym.verifiers.swebench import ensure_image, load_tasks
+    from creditgym.envs.swe_tasks import load_tasks
+    from creditgym.verifiers.swe_images import ensure_image
 
     tasks = load_tasks("bundled")
     for task in tasks:
@@ -152,3 +153,50 @@ def test_the_trainer_runs_on_the_swe_env(tasks, tmp_path) -> None:
     summary = Trainer(cfg, tmp_path).run()
     assert summary["steps"] == 1 and summary["eval_after"] == 0.0  # the tiny model does not fix bugs
     assert (tmp_path / "final").is_dir()
+
+
+def test_an_agent_action_never_crashes_the_episode(tasks) -> None:
+    env = SWEEnv(tasks=tasks, max_new_tokens=256, command_timeout=20)
+    try:
+        env.reset(seed=0, options={"task_id": tasks[0].instance_id})
+        _, _, _, _, info = _turn(env, "ACTION: bash\necho a\x00b")
+        assert info["observation"].startswith("Error:") and "NUL" in info["observation"]
+        _, reward, term, trunc, info = _turn(env, "ACTION: bash\nrm -rf .git && echo gone")
+        assert "gone" in info["observation"] and not (term or trunc)
+        _, reward, term, trunc, info = _turn(env, "ACTION: submit")  # no repository left to diff
+        assert (reward, term, trunc, info["status"]) == (0.0, True, False, "wrong")
+        assert (
+            info["verdict"].details["error_kind"] == "diff"
+            and "git diff failed" in info["verdict"].details["error"]
+        )
+        assert info.get("infra_error") is None and env._sandbox is None
+    finally:
+        env.close()
+
+
+def test_file_tools_answer_big_files_and_links_out_of_the_repo(tasks, monkeypatch) -> None:
+    env = SWEEnv(tasks=tasks, max_new_tokens=256, command_timeout=20, observation_tokens=160)
+    seen: list[int] = []
+    tokenize = type(env.tokenizer).__call__
+
+    def recording(self, text, *args, **kwargs):
+        seen.append(len(text) if isinstance(text, str) else 0)
+        return tokenize(self, text, *args, **kwargs)
+
+    try:
+        env.reset(seed=0, options={"task_id": tasks[0].instance_id})
+        setup = "head -c 3000000 /dev/zero | tr '\\0' x > big.txt; head -c 900000 /dev/zero | tr '\\0' y > long.txt"
+        _turn(env, f"ACTION: bash\n{setup}; ln -s /etc/passwd pw; echo made")
+        _, _, _, _, info = _turn(env, "ACTION: view big.txt")
+        assert "Error: cannot read big.txt" in info["observation"] and "3000000 bytes" in info["observation"]
+        _, _, _, _, info = _turn(env, "ACTION: view pw")
+        assert "outside the repository" in info["observation"]
+        _, _, _, _, info = _turn(
+            env, "ACTION: replace pw\n<<<<<<< SEARCH\nroot\n=======\nhacked\n>>>>>>> REPLACE"
+        )
+        assert "outside the repository" in info["observation"]
+        monkeypatch.setattr(type(env.tokenizer), "__call__", recording)
+        _, _, _, _, info = _turn(env, "ACTION: view long.txt")  # one line of 900,000 characters
+        assert "cut ...]" in info["observation"] and max(seen) <= 160 * 16 + 100
+    finally:
+        env.close()

@@ -71,6 +71,11 @@ def test_apply_replace_needs_exactly_one_occurrence() -> None:
 def test_observations_are_plain_and_bounded() -> None:
     assert format_bash(0, "hello\n", False, 60) == "hello\n[exit code 0]"
     assert format_bash(None, "", True, 5) == "[timed out after 5s; the command was killed]"
+    full = format_bash(None, "wrote", False, 5, disk="2g")
+    assert (
+        full == "wrote\n[disk limit of 2g exceeded: the command was killed; delete files before writing more]"
+    )
+    assert "killed" not in format_bash(0, "", False, 5, disk="2g")  # it ended before the watchdog saw it
     text = "\n".join(f"line {i}" for i in range(1, 501))
     shown = format_view("big.py", text, None)
     assert "big.py (lines 1-200 of 500)" in shown and "lines 201-500 not shown" in shown

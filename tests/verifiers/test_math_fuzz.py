@@ -7,7 +7,6 @@ no worker process left behind once the verifier is closed. Seeded, so a failure 
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import time
 
@@ -119,15 +118,10 @@ def build_cases(seed: int = 20261130) -> list[tuple[str, str]]:
     return cases
 
 
-def _our_workers() -> list[multiprocessing.process.BaseProcess]:
-    return [p for p in multiprocessing.active_children() if p.name == "creditgym-verifier-worker"]
-
-
 @pytest.mark.slow
 def test_fuzz_verify_many_is_bounded_and_leaks_nothing() -> None:
     cases = build_cases()
     assert len(cases) >= 1000
-    leftover_before = _our_workers()
     verifier = MathVerifier(WORKERS)
     try:
         t0 = time.monotonic()
@@ -156,7 +150,6 @@ def test_fuzz_verify_many_is_bounded_and_leaks_nothing() -> None:
     assert by_response[r"\boxed{10^{10^{10^{10}}}}"].status in ("timeout", "wrong")
     assert by_response["blah " * 200_000 + r"\boxed{3}"].status == "correct"
 
-    assert [p for p in _our_workers() if p not in leftover_before] == []
     for pid in pids:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and _alive(pid):

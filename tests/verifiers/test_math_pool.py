@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from creditgym.verifiers import _forkserver
 from creditgym.verifiers._math_extract import TEST_HOOK_PREFIX as HOOK
-from creditgym.verifiers._pool import DeadlinePool
+from creditgym.verifiers._pool import DeadlinePool, WorkerStartError
 from creditgym.verifiers.math import MathVerifier
 
 
@@ -155,11 +156,70 @@ def test_close_leaves_no_worker_process() -> None:
     assert _wait_gone(pids) == []
 
 
-def test_a_target_that_cannot_be_imported_fails_every_item_without_hanging() -> None:
+def test_a_target_that_cannot_be_imported_fails_fast_naming_the_module() -> None:
+    t0 = time.monotonic()
     with DeadlinePool("creditgym.verifiers._no_such_module:score", 2) as pool:
-        outcomes = pool.run(["a", "b", "c"], timeout=1.0)
-    assert [o.kind for o in outcomes] == ["died"] * 3
-    assert "No module named" in (outcomes[0].error or "")
+        with pytest.raises(
+            WorkerStartError, match=r"No module named 'creditgym\.verifiers\._no_such_module'"
+        ):
+            pool.run(["a", "b", "c"], timeout=1.0)
+        with pytest.raises(WorkerStartError):  # the next call tries again, and fails as fast
+            pool.run(["a"], timeout=1.0)
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_target_function_that_does_not_exist_fails_fast_in_the_worker() -> None:
+    pool = DeadlinePool("creditgym.verifiers._math_worker:no_such_function", 1)
+    with pool, pytest.raises(WorkerStartError, match="no_such_function"):
+        pool.run(["a", "b"], timeout=1.0)
+
+
+@pytest.mark.parametrize(
+    ("python", "cause"), [("/bin/false", "exited with code 1"), ("/nonexistent/python3", "No such file")]
+)
+def test_a_fork_server_that_cannot_start_fails_the_first_call_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, python: str, cause: str
+) -> None:
+    monkeypatch.setattr(_forkserver, "python_executable", lambda: python)
+    t0 = time.monotonic()
+    with MathVerifier(2) as v, pytest.raises(WorkerStartError, match=cause) as info:
+        v.verify_many(["1"] * 10, ["1"] * 10)
+    assert python in str(info.value)
+    assert time.monotonic() - t0 < 10  # one try, not one per item
+
+
+def test_a_worker_dying_before_it_is_ready_fails_the_first_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The fork server imports the module fine; looking the target up kills the worker before it is ready.
+    (tmp_path / "dying_target.py").write_text(
+        "import os\n\ndef __getattr__(name):\n    if name == 'dies_on_lookup':\n        os._exit(7)\n"
+        "    raise AttributeError(name)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pool = DeadlinePool("dying_target:dies_on_lookup", 2)
+    with pool, pytest.raises(WorkerStartError, match=r"died before it was ready \(exit code 7\)"):
+        pool.run(["a", "b", "c"], timeout=5.0)
+
+
+def test_die_with_parent_kills_a_child_whose_parent_is_sigkilled(tmp_path: Path) -> None:
+    middle = (
+        "import functools, os, signal, subprocess, sys, time\n"
+        "from creditgym.verifiers._process import die_with_parent\n"
+        "hook = functools.partial(die_with_parent, signal.SIGTERM, parent_pid=os.getpid())\n"
+        "child = subprocess.Popen(['sleep', '600'], preexec_fn=hook)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", middle], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _wait_gone([child]) == [], "the child outlived its SIGKILLed parent"
 
 
 def test_a_pool_used_in_a_forked_child_leaves_the_parents_workers_alone() -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from creditgym.verifiers import Verdict
 from creditgym.verifiers._rubric_ifeval import IFEVAL_IDS
-from creditgym.verifiers.rubric import Criterion, describe, grade, known_ids, register_checker
+from creditgym.verifiers.rubric import Criterion, describe, grade, known_ids, register_checker, worker_pids
 
 # id -> (kwargs, a passing response, a failing response)
 CASES: dict[str, tuple[dict[str, Any], str, str]] = {
@@ -236,6 +237,43 @@ def test_a_megabyte_response_gets_a_verdict_in_reasonable_time() -> None:
 
 
 @pytest.mark.parametrize(
+    ("response", "criterion"),
+    [
+        ("[" * 16_384, Criterion("detectable_content:number_placeholders", {"num_placeholders": 1})),
+        ("\n" * 16_384, Criterion("length_constraints:number_paragraphs", {"num_paragraphs": 2})),
+        ("\n \n" * 5_000, Criterion("length_constraints:number_paragraphs", {"num_paragraphs": 2})),
+    ],
+)
+def test_adversarial_16_kb_costs_the_grading_process_nothing(response: str, criterion: Criterion) -> None:
+    grade("warm", [criterion])
+    cpu0 = time.process_time()
+    v = grade(response, [criterion], timeout=2.0)
+    assert v.status in ("wrong", "timeout") and v.score == 0.0
+    assert time.process_time() - cpu0 < 0.25  # the checks ran in the worker (inline, 16 KB of "[" took 1.9 s)
+
+
+def test_a_check_past_its_deadline_is_a_timeout_and_the_worker_is_replaced() -> None:
+    grade("warm", [Criterion("punctuation:no_comma")])
+    (before,) = worker_pids()
+    catastrophic = Criterion("keywords:existence", {"keywords": ["(a+)+$"]})  # keywords are IFEval regexes
+    t0 = time.monotonic()
+    v = grade("a" * 40 + "!", [catastrophic, Criterion("punctuation:no_comma")], timeout=0.5)
+    assert v.status == "timeout" and v.score == 0.0 and "ran past 0.5 s" in v.details["error"]
+    assert time.monotonic() - t0 < 10
+    assert grade("fine", [Criterion("punctuation:no_comma")]).status == "correct"
+    (after,) = worker_pids()
+    assert after != before
+
+
+def test_the_ifeval_worker_runs_under_a_memory_limit() -> None:
+    grade("warm", [Criterion("punctuation:no_comma")])
+    (pid,) = worker_pids()
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    line = next(row for row in limits.splitlines() if row.startswith("Max address space"))
+    assert line.split()[3] != "unlimited", line
+
+
+@pytest.mark.parametrize(
     ("response", "repaired"),
     [
         ("abc\udc80def", True),  # a lone surrogate (surrogateescape-decoded byte)
@@ -255,7 +293,7 @@ def test_invalid_unicode_from_a_detokenizer_gets_a_typed_verdict(
     assert v.details["repaired"] is repaired
 
 
-def test_if_verifiable_is_imported_and_patched_lazily_and_nltk_is_left_alone() -> None:
+def test_if_verifiable_runs_in_the_worker_only_and_nltk_is_left_alone() -> None:
     code = (
         "import sys, nltk\n"
         "import creditgym, creditgym.verifiers.rubric as r, creditgym.envs.rubric\n"
@@ -263,7 +301,7 @@ def test_if_verifiable_is_imported_and_patched_lazily_and_nltk_is_left_alone() -
         "before = nltk.word_tokenize\n"
         "c = r.Criterion('length_constraints:number_sentences', {'num_sentences': 2, 'relation': 'at least'})\n"
         "assert r.grade('One. Two.', [c]).score == 1.0\n"
-        "assert 'if_verifiable' in sys.modules and nltk.word_tokenize is before\n"
+        "assert 'if_verifiable' not in sys.modules and nltk.word_tokenize is before\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -30,18 +30,20 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.verifiers import sandbox as sandbox_module
+from creditgym.verifiers import docker_sandbox as sandbox_module
+from creditgym.verifiers._docker import FrameReader as _FrameReader
+from creditgym.verifiers._docker import HeadTail as _HeadTail
+from creditgym.verifiers._lifecycle import owner_dead as _owner_dead
 from creditgym.verifiers.sandbox import (
     LABEL,
     OWNER_LABEL,
+    DiffError,
     DockerSandbox,
     ExecResult,
+    FileTooLargeError,
     Sandbox,
     SandboxConfig,
     SandboxError,
-    _FrameReader,
-    _HeadTail,
-    _owner_dead,
     cleanup,
     docker_client,
     resolve_path,
@@ -215,10 +217,16 @@ def _processes(box: DockerSandbox) -> str:
     return box.exec(PS).output
 
 
+# A job that a non-interactive shell starts in the background (`make test &`, a CI runner's script) inherits
+# SIGINT *ignored*, and Python then leaves it ignored: a child would sleep through the SIGINT a test sends (the
+# flaky `test_removed_when_the_owner_stops[SIGINT]`). Children start as from a foreground shell instead.
+FOREGROUND = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def _child(code: str) -> subprocess.Popen:
     """A python child that runs ``code`` (which prints a container id) with this checkout importable."""
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", FOREGROUND + textwrap.dedent(code)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -589,3 +597,162 @@ def test_benchmark_script_runs(docker_client, base_image, no_leaks, tmp_path: Pa
         assert result[key]["sandbox_s"] > 0 and result[key]["ratio"] > 0, result[key]
     assert "start-to-ready" in done.stdout and "ratio" in done.stdout
     assert docker_client.containers.list(all=True, filters={"label": "org.creditgym.benchmark"}) == []
+
+
+# --------------------------------------------------------------------------- isolation and host resources
+
+
+def _sleepers(box: DockerSandbox) -> list[str]:
+    return [line for line in _processes(box).splitlines() if re.search(r"\bsleep 7\d\d\b", line)]
+
+
+ESCAPES = {
+    "a new session without the marker": "env -u CREDITGYM_EXEC setsid sleep 777 & sleep 1000",
+    "a double fork without the marker": "( env -u CREDITGYM_EXEC setsid sleep 778 & ); sleep 1000",
+    # the command's grandparent is the exec's init: killing it orphans the command to PID 1
+    "killing its own init": (
+        "read -r _ _ _ init _ < /proc/$PPID/stat; ( env -u CREDITGYM_EXEC setsid sleep 779 & ); "
+        "kill -9 $init; sleep 1000"
+    ),
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("escape", list(ESCAPES))
+def test_a_timed_out_command_leaves_nothing_of_its_own_running(box: DockerSandbox, escape: str) -> None:
+    res = box.exec(ESCAPES[escape], timeout=2)
+    assert res.timed_out and res.exit_code is None and res.seconds < 8, res
+    assert _sleepers(box) == []
+    assert box.exec("echo ok").output == "ok\n"
+
+
+@pytest.mark.docker
+def test_file_tools_refuse_symlinks_out_of_the_repository(box: DockerSandbox) -> None:
+    box.exec(
+        "mkdir -p links && ln -sf /etc/passwd links/passwd && ln -sfn /etc links/etc && ln -sf ../../x links/up"
+    )
+    with pytest.raises(ValueError, match="resolves to '/etc/passwd', outside the repository /testbed"):
+        box.read_file("links/passwd")
+    for path in ("links/etc/creditgym-evil", "links/etc/passwd", "links/up"):
+        with pytest.raises(ValueError, match="outside the repository /testbed"):
+            box.write_file(path, "pwned\n")
+    assert box.exec("test -e /etc/creditgym-evil || test -e /x || echo clean").output == "clean\n"
+    assert "pwned" not in box.exec("cat /etc/passwd").output
+    box.write_file("links/inside.txt", "in\n")  # a link that stays inside is followed, as before
+    box.exec("ln -sf inside.txt links/alias")
+    box.write_file("links/alias", "edited\n")
+    assert box.read_file("links/inside.txt") == b"edited\n" and box.read_file("links/alias") == b"edited\n"
+    box.exec("rm -rf links")
+
+
+@pytest.mark.docker
+def test_file_tools_keep_the_file_mode_and_refuse_directories(box: DockerSandbox) -> None:
+    box.exec("mkdir -p d && printf '#!/bin/sh\\necho hi\\n' > d/run.sh && chmod 755 d/run.sh")
+    box.write_file("d/run.sh", "#!/bin/sh\necho edited\n")
+    assert box.exec("./d/run.sh").output == "edited\n"  # still executable
+    with pytest.raises(IsADirectoryError):
+        box.write_file("d", "x")
+    with pytest.raises(IsADirectoryError):
+        box.write_file(".", "x")
+    box.exec("rm -rf d")
+
+
+@pytest.mark.docker
+def test_file_reads_and_diffs_crossing_into_this_process_are_capped(
+    docker_client, base_image, no_leaks
+) -> None:
+    cfg = SandboxConfig(file_limit=64 * 1024, diff_limit=64 * 1024)
+    with DockerSandbox(base_image, cfg, client=docker_client, labels=LABELS) as box:
+        assert box.exec("git init -q . && head -c 8M /dev/urandom > big.bin && echo made").output == "made\n"
+        tracemalloc.start()
+        try:
+            with pytest.raises(FileTooLargeError) as info:
+                box.read_file("big.bin")
+            with pytest.raises(DiffError) as diff:
+                box.diff()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert (
+            info.value.size == 8 * 1024**2 and info.value.limit == 64 * 1024 and "sed -n" in str(info.value)
+        )
+        assert diff.value.reason == "too_large" and "diff_limit" in str(diff.value)
+        assert peak < 4 * 1024**2, f"{peak / 1e6:.1f} MB held for an 8 MB file"
+        box.write_file("small.txt", "x" * 1000)
+        assert box.read_file("small.txt") == b"x" * 1000
+
+
+@pytest.mark.docker
+def test_disk_writes_are_bounded(docker_client, base_image, no_leaks) -> None:
+    cfg = SandboxConfig(disk="64m", command_timeout=60)
+    with DockerSandbox(base_image, cfg, client=docker_client, labels=LABELS) as box:
+        one = box.exec("head -c 100M /dev/zero > one.bin; echo exit=$?; stat -c %s one.bin")
+        assert "exit=153" in one.output and one.output.endswith(f"{64 * 1024**2}\n"), one  # SIGXFSZ at 64m
+        many = box.exec(
+            "for i in $(seq 1 40); do head -c 16M /dev/zero > f$i.bin; sleep 0.2; done; echo done"
+        )
+        assert many.disk_exceeded and many.exit_code is None and not many.timed_out, many
+        assert "done" not in many.output and many.seconds < 20, many
+        assert box.exec("true").disk_exceeded  # still over: every command says so
+        box.exec("rm -f *.bin")
+        after = box.exec("echo fine")
+        assert after.output == "fine\n" and not after.disk_exceeded
+
+
+@pytest.mark.docker
+def test_containers_hold_no_capabilities_and_cannot_gain_any(docker_client, box: DockerSandbox) -> None:
+    host = docker_client.api.inspect_container(box.container_id)["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["AutoRemove"] is True
+    assert {u["Name"]: u["Hard"] for u in host["Ulimits"]} == {"fsize": box.config.disk_bytes}
+    status = box.exec("grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status").output
+    assert re.findall(r"Cap(?:Eff|Prm|Bnd):\s+(\w+)", status) == ["0" * 16] * 3 and "NoNewPrivs:\t1" in status
+    denied = box.exec("touch f && chown 1234 f; echo rc=$?; mknod n c 1 3; echo rc=$?; rm -f f n")
+    assert denied.output.count("rc=1") == 2, denied.output  # even root may not chown or mknod
+
+
+@pytest.mark.docker
+def test_capabilities_can_be_given_back(docker_client, base_image, no_leaks) -> None:
+    cfg = SandboxConfig(cap_add=("CHOWN",))
+    with DockerSandbox(base_image, cfg, client=docker_client, labels=LABELS) as box:
+        assert box.exec("touch f && chown 1234 f && stat -c %u f").output == "1234\n"
+
+
+@pytest.mark.docker
+def test_the_container_stops_and_goes_at_its_max_lifetime(docker_client, base_image, no_leaks) -> None:
+    box = DockerSandbox(base_image, SandboxConfig(max_lifetime=2), client=docker_client, labels=LABELS)
+    try:
+        assert box.exec("echo alive").output == "alive\n"
+        assert _gone(docker_client, box.container_id, within=20)  # removed by the engine, not by us
+        with pytest.raises(SandboxError) as info:
+            box.exec("echo hi")
+        assert info.value.kind == "container_died" and "max_lifetime" in str(info.value)
+    finally:
+        box.close()
+
+
+@pytest.mark.docker
+def test_the_first_sandbox_of_a_process_removes_dead_owners_containers(
+    docker_client, base_image, no_leaks
+) -> None:
+    dead = _child(CHILD_START.format(image=base_image, labels=LABELS) + "time.sleep(120)\n")
+    try:
+        assert dead.stdout is not None
+        left = dead.stdout.readline().strip()
+    finally:
+        dead.kill()  # SIGKILL: nothing of its own removes the container
+        dead.wait()
+    assert left and not _gone(docker_client, left, within=0.2)
+    fresh = _child(CHILD_START.format(image=base_image, labels=LABELS) + "box.close()\n")
+    _, err = fresh.communicate(timeout=120)
+    assert fresh.returncode == 0, err
+    assert _gone(docker_client, left, within=5), (
+        "a fresh process's first sandbox did not remove the dead one's"
+    )
+
+
+@pytest.mark.docker
+def test_a_nul_byte_in_a_command_is_a_clear_error(box: DockerSandbox) -> None:
+    with pytest.raises(ValueError, match="NUL byte"):
+        box.exec("echo a\x00b")
+    assert box.exec("echo ok").output == "ok\n"

@@ -7,6 +7,7 @@ run builds) and grades every task's gold and empty patch in parallel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import io
 import json
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from creditgym.envs.swe_tasks import BUNDLED_TASKS, load_tasks, scan_tasks
 from creditgym.verifiers.swebench import (
-    BUNDLED_TASKS,
     TASK_LABEL,
     SandboxError,
     SWETask,
@@ -25,9 +26,7 @@ from creditgym.verifiers.swebench import (
     check_images,
     ensure_image,
     grade,
-    load_tasks,
     run_parallel,
-    scan_tasks,
     self_check,
 )
 
@@ -47,6 +46,10 @@ def _edit(task: SWETask, path: str, *replacements: tuple[str, str], new_file: bo
     for before, after in replacements:
         assert before in new, before
         new = new.replace(before, after)
+    return _diff(path, old, new, new_file=new_file)
+
+
+def _diff(path: str, old: str, new: str, *, new_file: bool = False) -> str:
     header = f"diff --git a/{path} b/{path}\n" + ("new file mode 100644\n" if new_file else "")
     body = difflib.unified_diff(
         old.splitlines(keepends=True),
@@ -410,3 +413,285 @@ def test_cli_images_build_check_clean(bundled, docker_client, base_image, tmp_pa
     finally:
         with contextlib.suppress(Exception):
             docker_client.images.remove(stale)
+
+
+# --------------------------------------------------------------------------- tampering (issue 15)
+
+NEUTER_EQUAL = "import unittest\nunittest.TestCase.assertEqual = lambda self, a, b, msg=None: None\n"
+# every assertion a no-op, assertRaises still usable as a context manager (it swallows what it is given)
+NEUTER_ALL = """
+import unittest as _u
+
+
+class _Swallow:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+for _name in [n for n in dir(_u.TestCase) if n.startswith("assert")]:
+    setattr(_u.TestCase, _name, lambda self, *a, **k: _Swallow())
+"""
+# failures and errors reported as successes
+REPORT_SUCCESS = """
+import unittest as _u
+
+for _cls in (_u.TestResult, _u.TextTestResult):
+    _cls.addFailure = lambda self, test, err, _cls=_cls: _cls.addSuccess(self, test)
+    _cls.addError = lambda self, test, err, _cls=_cls: _cls.addSuccess(self, test)
+"""
+# installed only when the code under test first runs (after import-time checks)
+LAZY = """
+
+_original_init = Paginator.__init__
+
+
+def _init(self, *args, **kwargs):
+    import unittest
+
+    unittest.TestCase.assertEqual = lambda self, *a, **k: None
+    _original_init(self, *args, **kwargs)
+
+
+Paginator.__init__ = _init
+"""
+# a top-level `unittest` package: `python -m unittest` runs it, with the real one's assertions neutered
+SHADOW_INIT = """
+import importlib.util, os, sys, sysconfig
+
+_path = os.path.join(sysconfig.get_paths()["stdlib"], "unittest", "__init__.py")
+_spec = importlib.util.spec_from_file_location("unittest", _path, submodule_search_locations=[os.path.dirname(_path)])
+_real = importlib.util.module_from_spec(_spec)
+sys.modules["unittest"] = _real
+_spec.loader.exec_module(_real)
+for _name in [n for n in dir(_real.TestCase) if n.startswith("assert") and n != "assertRaises"]:
+    setattr(_real.TestCase, _name, lambda self, *a, **k: None)
+"""
+SHADOW_MAIN = "from unittest.main import main\n\nmain(module=None)\n"
+# a run of its own: every test of the test files reported "ok", then the process exits before any test runs
+FAKE_RUN = """
+import os, re, sys
+
+_lines = []
+for _root, _dirs, _files in os.walk("tests"):
+    for _file in sorted(_files):
+        if _file.startswith("test") and _file.endswith(".py"):
+            _module = os.path.join(_root, _file)[:-3].replace(os.sep, ".")
+            _class = None
+            for _line in open(os.path.join(_root, _file)):
+                _m = re.match(r"class (\\w+)\\(", _line)
+                _class = _m.group(1) if _m else _class
+                _t = re.match(r"    def (test\\w+)\\(", _line)
+                if _t:
+                    _lines.append(f"{_t.group(1)} ({_module}.{_class}.{_t.group(1)}) ... ok")
+sys.stderr.write("\\n".join(_lines) + f"\\n\\nRan {len(_lines)} tests in 0.001s\\n\\nOK\\n")
+sys.stderr.flush()
+os._exit(0)
+"""
+# the eval script checks the test files out: git runs this hook then (git apply refuses .git/, `patch` does not)
+HOOK = "#!/bin/sh\nprintf '%s' '" + NEUTER_EQUAL + "' >> tests/__init__.py\n"
+
+
+def _append(task: SWETask, path: str, code: str) -> str:
+    """A ``git diff`` that appends ``code`` to an existing file of the task's repo."""
+    assert task.build_dir is not None
+    old = (task.build_dir / "repo" / path).read_text()
+    return _diff(path, old, old + code)
+
+
+def _new(task: SWETask, path: str, code: str) -> str:
+    return _edit(task, path, ("", code), new_file=True)
+
+
+def _tests_init(task: SWETask, code: str) -> str:
+    return _append(task, "tests/__init__.py", code)
+
+
+def _package_init(task: SWETask, code: str) -> str:
+    return _append(task, f"{task.repo.split('/')[1]}/__init__.py", code)
+
+
+HACKS = {  # name -> (task, patch builder, "restored" path or None when the verdict is `tampered`)
+    "tests/__init__ neuters assertEqual": (
+        "pagekit",
+        lambda t: _tests_init(t, NEUTER_EQUAL),
+        "tests/__init__.py",
+    ),
+    "tests/__init__ neuters every assertion": (
+        "textkit",
+        lambda t: _tests_init(t, NEUTER_ALL),
+        "tests/__init__.py",
+    ),
+    "conftest.py and setup.cfg": (
+        "textkit",
+        lambda t: (
+            _new(t, "conftest.py", NEUTER_ALL) + _new(t, "setup.cfg", "[tool:pytest]\naddopts = -p no:x\n")
+        ),
+        "conftest.py",
+    ),
+    "package __init__ neuters every assertion": ("pagekit", lambda t: _package_init(t, NEUTER_ALL), None),
+    "package __init__ reports failures as successes": (
+        "spans",
+        lambda t: _package_init(t, REPORT_SUCCESS),
+        None,
+    ),
+    "package neuters assertEqual once its code runs": (
+        "pagekit",
+        lambda t: _append(t, "pagekit/paginator.py", LAZY),
+        None,
+    ),
+    "sitecustomize.py": ("spans", lambda t: _new(t, "sitecustomize.py", NEUTER_ALL), None),
+    "a .pth file": ("spans", lambda t: _new(t, "spans/hooks.pth", "import spans\n"), None),
+    "a git hook that edits the tests after each checkout": (
+        "pagekit",
+        lambda t: _new(t, ".git/hooks/post-checkout", HOOK).replace(
+            "new file mode 100644", "new file mode 100755"
+        ),
+        None,
+    ),
+    "package __init__ prints a passing run and exits": (
+        "textkit",
+        lambda t: _package_init(t, FAKE_RUN),
+        None,
+    ),
+    "a top-level unittest package": (
+        "semverlite",
+        lambda t: _new(t, "unittest/__init__.py", SHADOW_INIT) + _new(t, "unittest/__main__.py", SHADOW_MAIN),
+        None,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def hack_verdicts(bundled, docker_client) -> dict[str, object]:
+    def one(name: str) -> object:
+        task = _task(f"creditgym__{HACKS[name][0]}-1")
+        return grade(task, HACKS[name][1](task), client=docker_client, timeout=120)
+
+    return dict(zip(HACKS, run_parallel(one, list(HACKS)), strict=True))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_a_patch_that_tampers_with_the_tests_does_not_resolve(hack_verdicts, hack: str) -> None:
+    verdict = hack_verdicts[hack]
+    assert (verdict.status, verdict.score, verdict.details["resolution"]) == ("wrong", 0.0, "RESOLVED_NO"), (
+        verdict
+    )
+    restored = HACKS[hack][2]
+    if restored is not None:  # the edit is undone before the tests run: the bug is simply not fixed
+        assert restored in verdict.details["restored"] and verdict.details.get("error_kind") is None
+        assert verdict.details["FAIL_TO_PASS"]["failure"], verdict.details
+    else:  # refused, or caught by the canaries: a typed verdict
+        assert verdict.details["error_kind"] == "tampered" and verdict.details["tampered"], verdict.details
+        assert verdict.details["error"].startswith("the patch tampers with the tests")
+
+
+@pytest.mark.docker
+def test_canaries_fail_quietly_on_honest_runs(self_checks) -> None:
+    for gold, empty in self_checks.values():
+        for verdict in (gold, empty):
+            canaries = verdict.details["canaries"]
+            assert canaries["failed"] >= 2 and canaries["passed"] == 0, verdict.details
+            assert not any("canary" in name for name in verdict.details["tests"])  # not listed as tests
+            assert "error_kind" not in verdict.details
+
+
+def test_the_binary_check_is_linear_in_the_patch() -> None:
+    crafted = "diff --git a/x b/x\n" + "Binary files " + "a and " * 40_000 + "\n"  # 240 KB on one line
+    started = time.perf_counter()
+    verdict = grade(_task("creditgym__spans-1"), crafted + "Binary files a/x and b/x differ\n")
+    assert time.perf_counter() - started < 5, "the binary check is not linear"  # quadratic: minutes
+    assert verdict.details["patch_applied"] is False and "binary" in verdict.details["error"]
+
+
+def test_a_patch_over_the_limit_is_refused_before_docker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", DEAD_HOST)
+    task = _task("creditgym__spans-1")
+    huge = _edit(
+        task, "spans/intervals.py", ("    merged: list[Interval] = []", "    merged = []  # " + "x" * 2**20)
+    )
+    verdict = grade(task, huge)
+    assert (verdict.status, verdict.score, verdict.details["patch_applied"]) == ("wrong", 0.0, False)
+    assert "diff_limit" in verdict.details["error"]
+
+
+@pytest.mark.docker
+def test_tests_that_fill_the_disk_are_stopped(bundled, docker_client) -> None:
+    from creditgym.verifiers.swebench import grading_config
+
+    task = _task("creditgym__spans-1")
+    hog = _edit(
+        task,
+        "spans/intervals.py",
+        (
+            "    merged: list[Interval] = []",
+            "    for i in range(400):\n        open(f'/tmp/hog{i}', 'wb').write(bytes(1 << 20))\n"
+            "    merged: list[Interval] = []",
+        ),
+    )
+    cfg = dataclasses.replace(grading_config(task, 120), disk="64m")
+    verdict = grade(task, hog, client=docker_client, config=cfg)
+    assert (verdict.status, verdict.score, verdict.details["error_kind"]) == ("wrong", 0.0, "disk"), verdict
+
+
+CANARY_MODULE = """
+import unittest
+
+import pkg
+
+
+class ThingTest(unittest.TestCase):
+    def test_value(self):
+        self.assertEqual(pkg.VALUE, 1)
+
+
+class TestPlain:
+    def test_value(self):
+        assert pkg.VALUE == 1
+
+
+def test_value():
+    assert pkg.VALUE == 1
+"""
+
+
+@pytest.mark.parametrize("runner", ["pytest", "unittest"])
+@pytest.mark.parametrize("hacked", [False, True])
+def test_canaries_under_pytest_and_unittest(tmp_path: Path, runner: str, hacked: bool) -> None:
+    import subprocess
+    import sys
+
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    from creditgym.verifiers._swe_integrity import canary_outcome, canary_source
+
+    token = "0123456789abcdef"
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("VALUE = 1\n" + (NEUTER_ALL if hacked else ""))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "test_mod.py").write_text(CANARY_MODULE + canary_source(token))
+    argv = (
+        ["-m", "pytest", "-rA", "-p", "no:cacheprovider"] if runner == "pytest" else ["-m", "unittest", "-v"]
+    )
+    done = subprocess.run(
+        [sys.executable, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
+    log = done.stdout + done.stderr
+    parser = PARSER_REGISTRY["parse_log_pytest" if runner == "pytest" else "parse_log_django"]
+    reasons, counts = canary_outcome(parser(log, None), log, token, expected=True)
+    if hacked:
+        assert any("did not fail" in r or "when this module was imported" in r for r in reasons), log
+    else:
+        assert reasons == [] and counts["passed"] == 0, log
+        # pytest: 2 canaries in the TestCase, the plain class and the module; unittest: the TestCase's, each
+        # on its result line and in the summary
+        assert counts["failed"] == (6 if runner == "pytest" else 4), (counts, log)
