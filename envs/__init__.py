@@ -1,12 +1,30 @@
 """Token-level Gymnasium environments. Importing ``creditgym`` registers every id under ``creditgym/``.
 
-Third-party packages register their own envs the same way (see ``examples/register_env.py``).
+Third-party packages register their own envs the same way (see ``examples/register_env.py``); commands take
+Gymnasium's ``module:EnvId`` form and load ``creditgym.envs`` entry points (`resolve_env_id`).
 """
 
 from gymnasium.envs.registration import register, registry
 
-from creditgym.envs.core import Ledger, Source, TokenEnv, TurnOutcome
+from creditgym.envs.core import (
+    CounterfactualPrompt,
+    EmptyResponse,
+    Forkable,
+    Ledger,
+    OracleResponse,
+    Source,
+    TokenEnv,
+    TurnBudget,
+    TurnOutcome,
+)
 from creditgym.envs.math_tasks import MathTask, ProceduralMath, load_dataset_dir, load_jsonl
+from creditgym.envs.registration import (
+    ENTRY_POINT_GROUP,
+    UnknownEnvError,
+    env_accepts,
+    make,
+    resolve_env_id,
+)
 from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
 
@@ -26,18 +44,28 @@ def registered_ids() -> list[str]:
 
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "ENV_IDS",
+    "CounterfactualPrompt",
+    "EmptyResponse",
     "FixedWindow",
+    "Forkable",
     "Ledger",
     "MathTask",
+    "OracleResponse",
     "ProceduralMath",
     "Source",
     "TokenEnv",
+    "TurnBudget",
     "TurnOutcome",
+    "UnknownEnvError",
     "default_stop_token_ids",
+    "env_accepts",
     "load_dataset_dir",
     "load_jsonl",
     "load_tokenizer",
+    "make",
     "registered_ids",
     "render_chat",
+    "resolve_env_id",
 ]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import abc
 import copy
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -152,6 +153,18 @@ class TurnOutcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def _token_id(action: Any) -> int:
+    """One token id from a ``step`` action: a Python or NumPy integer (not a bool, float or string)."""
+    if isinstance(action, np.ndarray) and action.ndim == 0:
+        action = action[()]
+    if isinstance(action, (bool, np.bool_)) or not isinstance(action, numbers.Integral):
+        raise TypeError(
+            f"step() expects a token id (an int) or a 1-D integer array of ids, got {type(action).__name__} "
+            f"{action!r}"
+        )
+    return int(action)
+
+
 class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
     """Token-level stepping shared by creditgym's envs (a ``gymnasium.Env``; subclasses add tasks and verdicts).
 
@@ -173,6 +186,9 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012
+    #: Whether `fork` may cut inside an episode (see `Forkable`): True when the ledger and the task are the whole
+    #: state; an env with outside state (a sandbox) sets it to False.
+    forks_mid_episode: bool = True
 
     def __init__(
         self,
@@ -182,6 +198,8 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
         stop_token_ids: Iterable[int] | None = None,
         render_mode: str | None = None,
     ) -> None:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+            raise TypeError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -235,13 +253,13 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
             return self.step_chunk(action)
         if self._done:
             raise ResetNeeded("the episode has ended (terminated or truncated): call reset() before step()")
-        token = int(action)
+        token = _token_id(action)
         if not 0 <= token < self.vocab_size:
             raise ValueError(f"token id {token} is outside the vocabulary [0, {self.vocab_size})")
         self.ledger.append(token, Source.POLICY, self._turn)
         self._turn_tokens += 1
         if token in self.stop_token_ids or self._turn_tokens >= self.max_new_tokens:
-            return self._close_turn(token not in self.stop_token_ids)
+            return self._close_turn(token not in self.stop_token_ids, self.ledger.n - 1)
         return self._obs(), 0.0, False, False, {}
 
     def step_chunk(self, tokens):
@@ -272,19 +290,28 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
         hit_stop = stops.size > 0
         if hit_stop:
             k = int(stops[0]) + 1
+        start = self.ledger.n
         self.ledger.extend(tokens[:k], Source.POLICY, self._turn)
         self._turn_tokens += k
         if hit_stop or self._turn_tokens >= self.max_new_tokens:
-            obs, reward, terminated, truncated, info = self._close_turn(not hit_stop)
+            obs, reward, terminated, truncated, info = self._close_turn(not hit_stop, start)
         else:
             obs, reward, terminated, truncated, info = self._obs(), 0.0, False, False, {}
         info["n_consumed"] = k
         return obs, reward, terminated, truncated, info
 
-    def _close_turn(self, budget_exhausted: bool):
+    def _close_turn(self, budget_exhausted: bool, call_start: int):
+        """End the open turn. If the env's ``_end_turn`` raises, the tokens of this call (from ``call_start``)
+        are taken back first, so the episode is as it was before the call."""
         last = self.ledger.n - 1
         self._turn_ends.append(last)
-        outcome = self._end_turn(budget_exhausted)
+        try:
+            outcome = self._end_turn(budget_exhausted)
+        except BaseException:
+            self._turn_ends.pop()
+            self._turn_tokens -= self.ledger.n - call_start
+            self.ledger.n = call_start
+            raise
         self.ledger._reward[last] += outcome.reward
         if outcome.env_tokens:
             self.ledger.extend(np.asarray(outcome.env_tokens, dtype=np.int64), Source.ENV, self._turn)
@@ -311,6 +338,11 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
         """The token a scripted turn ends with: the tokenizer's EOS when it ends turns, else the lowest stop id."""
         eos = self.tokenizer.eos_token_id
         return int(eos) if eos is not None and int(eos) in self.stop_token_ids else min(self.stop_token_ids)
+
+    @property
+    def turn_tokens_left(self) -> int:
+        """Policy tokens the open turn may still take before its budget closes it (the `TurnBudget` capability)."""
+        return self.max_new_tokens - self._turn_tokens
 
     @property
     def prompt_length(self) -> int:
@@ -364,14 +396,64 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        marks = {Source.PROMPT: "", Source.POLICY: "", Source.ENV: ""}
         parts, start = [], 0
         src = self.ledger.source
         for i in range(1, len(src) + 1):
             if i == len(src) or src[i] != src[start]:
                 text = self.tokenizer.decode(self.ledger.token_id[start:i].tolist())
-                parts.append(
-                    f"[{Source(int(src[start])).name.lower()}]{marks[Source(int(src[start]))]}{text}"
-                )
+                parts.append(f"[{Source(int(src[start])).name.lower()}]{text}")
                 start = i
         return "\n".join(parts)
+
+
+# -- optional capabilities ---------------------------------------------------------------------------------------
+# Like the optional methods of ``gymnasium.Env``, each is documented once here and checked with ``isinstance``.
+
+
+@runtime_checkable
+class Forkable(Protocol):
+    """Can continue an episode from any prefix: ``fork(n)`` returns a new env holding the first ``n`` tokens.
+
+    Every `TokenEnv` forks a fresh episode (right after ``reset``, how a group of samples shares its task); an env
+    that can also fork *inside* an episode (Math-v0, Rubric-v0: the ledger is the whole state) says so with
+    ``forks_mid_episode = True``. Monte-Carlo values (``creditgym probe``, the ``vine`` module) need that.
+    """
+
+    forks_mid_episode: bool
+
+    def fork(self, n: int | None = None) -> TokenEnv: ...
+
+
+@runtime_checkable
+class CounterfactualPrompt(Protocol):
+    """Has a counterfactual prompt: the current task with its criteria removed, rendered the same way (CoRT).
+
+    ``has_counterfactual`` is False when the current task has nothing to remove (then the two prompts are equal).
+    """
+
+    @property
+    def has_counterfactual(self) -> bool: ...
+
+    def counterfactual_prompt_tokens(self) -> list[int]: ...
+
+
+@runtime_checkable
+class OracleResponse(Protocol):
+    """Knows a correct response to the current task (for scripted self-checks: the ``oracle`` agent)."""
+
+    def oracle_response(self) -> str: ...
+
+
+@runtime_checkable
+class EmptyResponse(Protocol):
+    """Knows the text of a do-nothing turn (the SWE env: submit at once, the empty patch): the ``empty`` agent."""
+
+    def empty_response(self) -> str: ...
+
+
+@runtime_checkable
+class TurnBudget(Protocol):
+    """Bounds each policy turn: ``turn_tokens_left`` tokens may still be written before the env closes the turn."""
+
+    @property
+    def turn_tokens_left(self) -> int: ...

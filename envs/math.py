@@ -6,14 +6,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from creditgym.envs.core import TokenEnv, TurnOutcome
 from creditgym.envs.math_tasks import DEFAULT_LEVEL, MathTask, TaskSource, resolve_tasks
-from creditgym.envs.tokenizer import BUNDLED, render_chat, render_prompt, resolve_tokenizer
+from creditgym.envs.one_turn import OneTurnEnv
+from creditgym.envs.tokenizer import BUNDLED
+from creditgym.verifiers.verdict import Verdict
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
 
 
-class MathEnv(TokenEnv):
+class MathEnv(OneTurnEnv[MathTask]):
     """Math reasoning as a token-level episode.
 
     Description:
@@ -41,13 +42,17 @@ class MathEnv(TokenEnv):
         tokenizer: A Hugging Face tokenizer with a chat template, or a name/path (default: the bundled one).
         tasks: ``"procedural"`` (default), a GSM8K/MATH-style ``.jsonl`` path, a folder saved with ``datasets``,
             a list of :class:`MathTask`, or any :class:`TaskSource`.
-        difficulty: Level or levels of the procedural generator (1 = one-digit sums ... 5 = word problems).
+        difficulty: Level or levels of the procedural generator (1 = one-digit sums ... 5 = word problems,
+            6 = worked chains of 3-6 steps, whose responses run 40-150 tokens: give ``max_new_tokens`` >= 160).
         split: ``"train"`` or ``"test"`` (procedural problems are split by hash; datasets by split name).
         max_new_tokens: Token budget of the response.
         verifier_timeout: Hard deadline of one verification, in seconds.
         system_prompt: Optional system turn.
         stop_token_ids: Tokens that end the response (default: EOS and known end-of-turn markers).
     """
+
+    task_type = MathTask
+    verifier_name = "math verifier"
 
     def __init__(
         self,
@@ -62,64 +67,32 @@ class MathEnv(TokenEnv):
         stop_token_ids: Sequence[int] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        tok = resolve_tokenizer(tokenizer)
-        render_chat(
-            tok, [{"role": "user", "content": "probe"}]
-        )  # fail now, clearly, if there is no chat template
         super().__init__(
-            tok, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, render_mode=render_mode
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            system_prompt=system_prompt,
+            stop_token_ids=stop_token_ids,
+            render_mode=render_mode,
         )
         self.tasks = resolve_tasks(tasks, levels=difficulty, split=split)
         self.verifier_timeout = float(verifier_timeout)
-        self.system_prompt = system_prompt
-        self.task: MathTask | None = None
 
-    def prompt_tokens(self, task: MathTask, *, counterfactual: bool = False) -> list[int]:
-        """The prompt of ``task``; ``counterfactual=True`` drops the formatting instruction (for CoRT replays)."""
-        content = task.question if counterfactual else f"{task.question}\n{INSTRUCTION}"
-        return render_prompt(self.tokenizer, content, system_prompt=self.system_prompt)
-
-    def counterfactual_prompt_tokens(self) -> list[int]:
-        """The current task's prompt without its formatting instruction (the same question, same template)."""
-        if self.task is None:
-            raise RuntimeError("call reset() first")
-        return self.prompt_tokens(self.task, counterfactual=True)
+    def prompt_text(self, task: MathTask, *, counterfactual: bool = False) -> str:
+        """The question and, unless ``counterfactual`` (CoRT's replay), the ``\\boxed{}`` instruction."""
+        return task.question if counterfactual else f"{task.question}\n{INSTRUCTION}"
 
     def oracle_response(self) -> str:
-        """A correct response to the current task (for scripted self-checks)."""
-        if self.task is None:
-            raise RuntimeError("call reset() first")
-        return f"The answer is \\boxed{{{self.task.answer}}}."
+        """A correct response to the current task (for self-checks); for a chain, the worked chain first."""
+        task = self.current_task
+        worked = f"{task.solution} " if task.solution else ""
+        return f"{worked}The answer is \\boxed{{{task.answer}}}."
 
-    def _begin_episode(self, options: dict[str, Any] | None) -> tuple[list[int], dict[str, Any]]:
-        task = (options or {}).get("task")
-        if task is None:
-            task = self.tasks.sample(self.np_random)
-        elif not isinstance(task, MathTask):
-            raise TypeError(f"options['task'] must be a MathTask, got {type(task).__name__}")
-        self.task = task
-        return self.prompt_tokens(task), {"task_id": task.task_id, "question": task.question}
+    def reset_info(self, task: MathTask) -> dict[str, Any]:
+        return {"task_id": task.task_id, "question": task.question}
 
-    def _end_turn(self, budget_exhausted: bool) -> TurnOutcome:
+    def grade(self, response: str) -> tuple[Verdict, dict[str, Any]]:
         from creditgym.verifiers.math import verify
 
-        assert self.task is not None
-        response = self.response_text()
-        verdict = verify(response, self.task.answer, timeout=self.verifier_timeout)
-        info: dict[str, Any] = {
-            "verdict": verdict,
-            "status": verdict.status,
-            "score": verdict.score,
-            "response": response,
-            "task_id": self.task.task_id,
-            "gold": self.task.answer,
-        }
-        if verdict.infra_error:
-            info["infra_error"] = f"math verifier: {verdict.details.get('error', 'failed')}"
-            return TurnOutcome(reward=0.0, truncated=True, info=info)
-        return TurnOutcome(
-            reward=float(verdict.score or 0.0),
-            terminated=not budget_exhausted,
-            truncated=budget_exhausted,
-            info=info,
-        )
+        task = self.current_task
+        verdict = verify(response, task.answer, timeout=self.verifier_timeout)
+        return verdict, {"task_id": task.task_id, "gold": task.answer}

@@ -7,7 +7,6 @@ task per episode from it with its seeded ``np_random``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -17,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from creditgym.envs.tasks import TaskList, TaskSource, split_of
+from creditgym.envs import chain_tasks
+from creditgym.envs.tasks import TaskList, TaskSource, read_jsonl, split_of
 
 LEVELS: dict[int, str] = {
     1: "one-digit sums",
@@ -25,19 +25,25 @@ LEVELS: dict[int, str] = {
     3: "multiplication and mixed operations with precedence",
     4: "linear equations in one unknown",
     5: "multi-step word problems",
+    6: "worked chains: 3-6 arithmetic steps, each result written out",
 }
+CHAIN_LEVEL = 6
 DEFAULT_LEVEL = 2
 
 
 @dataclass(frozen=True)
 class MathTask:
-    """One problem: the question shown to the policy and the gold answer the verifier compares against."""
+    """One problem: the question shown to the policy and the gold answer the verifier compares against.
+
+    ``solution`` is a worked solution without the final ``\\boxed{}`` (chains, level 6), or ``None``.
+    """
 
     question: str
     answer: str
     task_id: str
     level: int | None = None
     source: str = "procedural"
+    solution: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -93,8 +99,24 @@ def _level5(rng: np.random.Generator) -> tuple[str, sympy.Expr, str]:
 _GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5}
 
 
+def _chain_task(rng: np.random.Generator) -> MathTask:
+    steps = chain_tasks.generate_chain(rng)
+    question = chain_tasks.question(steps)
+    answer = sympy.Integer(chain_tasks.evaluate(steps)[-1])
+    worked = chain_tasks.solution(steps)
+    if not chain_tasks.check_chain(question, worked, answer):
+        raise AssertionError(f"generated chain {worked!r} for {question!r} failed its sympy check")
+    return MathTask(question, sympy.latex(answer), _task_id(question), CHAIN_LEVEL, solution=worked)
+
+
+def _task_id(question: str) -> str:
+    return "p" + hashlib.md5(question.encode()).hexdigest()[:10]
+
+
 def generate_task(rng: np.random.Generator, level: int) -> MathTask:
     """One procedural problem of the given difficulty, its answer derived and re-checked with sympy."""
+    if level == CHAIN_LEVEL:
+        return _chain_task(rng)
     if level not in _GENERATORS:
         raise ValueError(f"unknown difficulty level {level!r}; known levels: {LEVELS}")
     question, answer, formula = _GENERATORS[level](rng)
@@ -105,22 +127,22 @@ def generate_task(rng: np.random.Generator, level: int) -> MathTask:
         ok = sympy.sympify(formula.replace("solve", ""), evaluate=True) == answer
     if not ok:  # the generator and sympy disagree: a bug in the generator, never a wrong gold in a dataset
         raise AssertionError(f"generated answer {answer} for {question!r} failed its sympy check")
-    task_id = "p" + hashlib.md5(question.encode()).hexdigest()[:10]
-    return MathTask(question=question, answer=sympy.latex(answer), task_id=task_id, level=level)
+    return MathTask(question=question, answer=sympy.latex(answer), task_id=_task_id(question), level=level)
 
 
 class ProceduralMath:
     """Endless procedural problems at one or several difficulty levels, split into train/test by a hash.
 
     Args:
-        levels: A level (1-5, see :data:`LEVELS`) or a sequence of levels, drawn uniformly.
+        levels: A level (1-6, see :data:`LEVELS`; 6 is the worked chains of :mod:`~creditgym.envs.chain_tasks`)
+            or a sequence of levels, drawn uniformly.
         split: ``"train"`` or ``"test"``; a question belongs to exactly one split (1 in 5 is test).
     """
 
     def __init__(self, levels: int | Sequence[int] = DEFAULT_LEVEL, split: str = "train") -> None:
         self.levels = (levels,) if isinstance(levels, int) else tuple(levels)
         for level in self.levels:
-            if level not in _GENERATORS:
+            if level not in LEVELS:
                 raise ValueError(f"unknown difficulty level {level!r}; known levels: {sorted(LEVELS)}")
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -207,18 +229,7 @@ def record_to_task(record: dict, *, source: str, index: int) -> MathTask:
 
 def load_jsonl(path: str | os.PathLike[str]) -> TaskList[MathTask]:
     """Tasks from a GSM8K- or MATH-style JSONL file. A bad line raises ``ValueError`` naming file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such task file: {path}")
-    tasks = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                tasks.append(record_to_task(json.loads(line), source=str(path), index=lineno))
-            except (json.JSONDecodeError, ValueError) as e:
-                raise ValueError(f"{path}:{lineno}: {e}") from e
+    tasks = read_jsonl(path, lambda record, lineno: record_to_task(record, source=str(path), index=lineno))
     return TaskList(tasks, name=str(path))
 
 

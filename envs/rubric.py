@@ -6,10 +6,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from creditgym.envs.core import TokenEnv, TurnOutcome
-from creditgym.envs.rubric_tasks import RubricTask, RubricTaskSource, resolve_tasks
-from creditgym.envs.tokenizer import BUNDLED, render_chat, render_prompt, resolve_tokenizer
+from creditgym.envs.one_turn import OneTurnEnv
+from creditgym.envs.rubric_tasks import RubricTask, RubricTaskSource, get_preset, resolve_tasks
+from creditgym.envs.tokenizer import BUNDLED
 from creditgym.verifiers.rubric import REWARD_MODES, describe
+from creditgym.verifiers.verdict import Verdict
 
 CRITERIA_HEADER = "Your response must meet these criteria:"
 
@@ -25,15 +26,15 @@ def criteria_block(task: RubricTask) -> str:
     return f"\n\n{CRITERIA_HEADER}\n{items}"
 
 
-class RubricEnv(TokenEnv):
+class RubricEnv(OneTurnEnv[RubricTask]):
     """Instruction following against a rubric, as a token-level episode.
 
     Description:
-        Each episode draws one task (an instruction plus 1-4 criteria for the bundled generator) and renders it
-        with the tokenizer's chat template as one user turn: the instruction, a blank line, then
-        ``"Your response must meet these criteria:"`` and the criteria as a numbered list, each in IFEval's own
-        words (``build_description``). The policy writes the response one token at a time; at the end-of-turn
-        token (or the budget) it is graded once by :func:`creditgym.verifiers.rubric.grade`.
+        Each episode draws one task (an instruction plus 1-4 criteria for the bundled generator, 4-8 with
+        ``preset="hard"``) and renders it with the tokenizer's chat template as one user turn: the instruction, a
+        blank line, then ``"Your response must meet these criteria:"`` and the criteria as a numbered list, each in
+        IFEval's own words (``build_description``). The policy writes the response one token at a time; at the
+        end-of-turn token (or the budget) it is graded once by :func:`creditgym.verifiers.rubric.grade`.
 
         **Counterfactual prompt** (for CoRT): :meth:`counterfactual_prompt_tokens` is the same instruction,
         rendered with the same template and system turn, with the whole criteria block removed. Removing
@@ -63,14 +64,20 @@ class RubricEnv(TokenEnv):
         tasks: ``"procedural"`` (default), an IFEval-format ``.jsonl`` path, a list of :class:`RubricTask`, or any
             task source with ``sample(rng)``.
         reward_mode: ``"partial"`` or ``"all_or_nothing"``.
-        min_criteria: Fewest criteria per procedural task.
-        max_criteria: Most criteria per procedural task (at most 4).
+        preset: The procedural tasks' family (:data:`~creditgym.envs.rubric_tasks.PRESETS`): ``"default"`` (1-4
+            criteria of 16 kinds, 256-token budget) or ``"hard"`` (4-8 criteria, 2-5 of them localized: an end
+            phrase, a P.S., a keyword in the first sentence, a bullet count, a title; 192-token budget).
+        min_criteria: Fewest criteria per procedural task (default: the preset's).
+        max_criteria: Most criteria per procedural task (default and cap: the preset's, 4 or 8).
         split: ``"train"`` or ``"test"`` (procedural tasks are split by hash).
-        max_new_tokens: Token budget of the response.
+        max_new_tokens: Token budget of the response (default: the preset's).
         grade_timeout: Deadline in seconds for the checks of a very long response.
         system_prompt: Optional system turn (kept in the counterfactual prompt too).
         stop_token_ids: Tokens that end the response (default: EOS and known end-of-turn markers).
     """
+
+    task_type = RubricTask
+    verifier_name = "rubric grader"
 
     def __init__(
         self,
@@ -78,10 +85,11 @@ class RubricEnv(TokenEnv):
         tasks: str | os.PathLike[str] | RubricTaskSource | Sequence[RubricTask] | None = "procedural",
         *,
         reward_mode: str = "partial",
-        min_criteria: int = 1,
-        max_criteria: int = 4,
+        preset: str = "default",
+        min_criteria: int | None = None,
+        max_criteria: int | None = None,
         split: str = "train",
-        max_new_tokens: int = 256,
+        max_new_tokens: int | None = None,
         grade_timeout: float = 5.0,
         system_prompt: str | None = None,
         stop_token_ids: Sequence[int] | None = None,
@@ -89,16 +97,19 @@ class RubricEnv(TokenEnv):
     ) -> None:
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-        tok = resolve_tokenizer(tokenizer)
-        render_chat(tok, [{"role": "user", "content": "probe"}])  # fail now, clearly, if there is no template
+        budget = get_preset(preset).max_new_tokens if max_new_tokens is None else max_new_tokens
         super().__init__(
-            tok, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, render_mode=render_mode
+            tokenizer,
+            max_new_tokens=budget,
+            system_prompt=system_prompt,
+            stop_token_ids=stop_token_ids,
+            render_mode=render_mode,
         )
-        self.tasks = resolve_tasks(tasks, min_criteria=min_criteria, max_criteria=max_criteria, split=split)
+        self.tasks = resolve_tasks(
+            tasks, min_criteria=min_criteria, max_criteria=max_criteria, split=split, preset=preset
+        )
         self.reward_mode = reward_mode
         self.grade_timeout = float(grade_timeout)
-        self.system_prompt = system_prompt
-        self.task: RubricTask | None = None
 
     @property
     def has_counterfactual(self) -> bool:
@@ -111,62 +122,30 @@ class RubricEnv(TokenEnv):
         """The user turn's text: the instruction, plus the criteria block unless ``counterfactual``."""
         return task.instruction if counterfactual else task.instruction + criteria_block(task)
 
-    def prompt_tokens(self, task: RubricTask, *, counterfactual: bool = False) -> list[int]:
-        """The prompt of ``task``; ``counterfactual=True`` drops every criterion (for CoRT replays)."""
-        content = self.prompt_text(task, counterfactual=counterfactual)
-        return render_prompt(self.tokenizer, content, system_prompt=self.system_prompt)
-
-    def counterfactual_prompt_tokens(self) -> list[int]:
-        """The current task's prompt without its criteria (the same instruction, same template)."""
-        if self.task is None:
-            raise RuntimeError("call reset() first")
-        return self.prompt_tokens(self.task, counterfactual=True)
-
     def oracle_response(self) -> str:
         """A response that passes every criterion of the current task (procedural tasks only)."""
-        if self.task is None:
-            raise RuntimeError("call reset() first")
-        if self.task.oracle is None:
+        task = self.current_task
+        if task.oracle is None:
             raise ValueError(
-                f"task {self.task.task_id!r} ({self.task.source}) has no oracle response; only procedural tasks do"
+                f"task {task.task_id!r} ({task.source}) has no oracle response; only procedural tasks do"
             )
-        return self.task.oracle
+        return task.oracle
 
-    def _begin_episode(self, options: dict[str, Any] | None) -> tuple[list[int], dict[str, Any]]:
-        task = (options or {}).get("task")
-        if task is None:
-            task = self.tasks.sample(self.np_random)
-        elif not isinstance(task, RubricTask):
-            raise TypeError(f"options['task'] must be a RubricTask, got {type(task).__name__}")
-        self.task = task
-        info = {
+    def reset_info(self, task: RubricTask) -> dict[str, Any]:
+        return {
             "task_id": task.task_id,
             "instruction": task.instruction,
             "criteria_ids": [c.id for c in task.criteria],
         }
-        return self.prompt_tokens(task), info
 
-    def _end_turn(self, budget_exhausted: bool) -> TurnOutcome:
+    def grade(self, response: str) -> tuple[Verdict, dict[str, Any]]:
         from creditgym.verifiers.rubric import grade
 
-        assert self.task is not None
-        response = self.response_text()
-        verdict = grade(response, self.task.criteria, mode=self.reward_mode, timeout=self.grade_timeout)  # type: ignore[arg-type]
-        info: dict[str, Any] = {
-            "verdict": verdict,
-            "status": verdict.status,
-            "score": verdict.score,
+        task = self.current_task
+        verdict = grade(response, task.criteria, mode=self.reward_mode, timeout=self.grade_timeout)  # type: ignore[arg-type]
+        extra = {
             "criteria": list(verdict.details["criteria"]),
             "reward_mode": self.reward_mode,
-            "response": response,
-            "task_id": self.task.task_id,
+            "task_id": task.task_id,
         }
-        if verdict.infra_error:
-            info["infra_error"] = f"rubric grader: {verdict.details.get('error', 'failed')}"
-            return TurnOutcome(reward=0.0, truncated=True, info=info)
-        return TurnOutcome(
-            reward=float(verdict.score or 0.0),
-            terminated=not budget_exhausted,
-            truncated=budget_exhausted,
-            info=info,
-        )
+        return verdict, extra

@@ -1,4 +1,5 @@
-"""Rubric task sources: a procedural generator of short instructions with 1-4 criteria, and an IFEval JSONL loader.
+"""Rubric task sources: a procedural generator of instructions with 1-4 criteria (4-8 with ``preset="hard"``),
+and an IFEval JSONL loader.
 
 Procedural tasks keep the instruction and its criteria apart, so the env can render the prompt with and without
 the criteria block (the counterfactual prompt CoRT replays), and each carries an ``oracle`` response that passes
@@ -15,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from creditgym.envs.tasks import TaskList, TaskSource, split_of
+from creditgym.envs.tasks import TaskList, TaskSource, read_jsonl, split_of
+from creditgym.verifiers._rubric_local import FIRST_SENTENCE_KEYWORD
 from creditgym.verifiers.rubric import Criterion
 
 
@@ -123,25 +126,102 @@ _CONFLICTS = {
 }
 
 
+_FILLERS = ("We share it with our friends", "Many people talk about it", "It makes the day better")
+
+
+@dataclass(frozen=True)
+class RubricPreset:
+    """A family of procedural tasks: how many criteria, of which kinds, and the response budget it is played with.
+
+    Attributes:
+        min_criteria: Fewest criteria per task (the env's ``min_criteria`` default).
+        max_criteria: Most criteria per task (and the cap on ``max_criteria``).
+        kinds: Criterion kinds drawn at random (see ``generate_task``).
+        local_kinds: Localized kinds, whose evidence is one place in the response (its end, a P.S., its first
+            sentence, its bullets, its title); each task draws ``min_local`` or more of them first.
+        min_local: Fewest localized criteria per task.
+        conflicts: Pairs of kinds that never share a task.
+        min_words: ``[low, high)`` of N in "at least N words".
+        oracle_words: Fewest words of the oracle response (filler sentences are added up to it).
+        max_new_tokens: The env's default response budget for these tasks.
+    """
+
+    min_criteria: int
+    max_criteria: int
+    kinds: tuple[str, ...]
+    local_kinds: tuple[str, ...] = ()
+    min_local: int = 0
+    conflicts: frozenset[frozenset[str]] = frozenset(_CONFLICTS)
+    min_words: tuple[int, int] = (5, 16)
+    oracle_words: int = 0
+    max_new_tokens: int = 256
+
+
+PRESETS: dict[str, RubricPreset] = {
+    # 1-4 criteria of 16 kinds; what the bundled model and the credit study were built on.
+    "default": RubricPreset(1, 4, _KINDS),
+    # 4-8 criteria, 2-5 of them localized; longer answers (at least 20-40 words when asked), 192-token budget.
+    "hard": RubricPreset(
+        4,
+        8,
+        kinds=tuple(
+            k for k in _KINDS if k not in ("json", "words_less", "ending", "postscript", "bullets", "title")
+        ),
+        local_kinds=("ending", "postscript", "first_keyword", "bullets", "title"),
+        min_local=2,
+        conflicts=frozenset(_CONFLICTS - {frozenset(("ending", "postscript"))}),
+        min_words=(20, 41),
+        oracle_words=48,
+        max_new_tokens=192,
+    ),
+}
+
+
+def get_preset(preset: str | RubricPreset) -> RubricPreset:
+    """A preset by name (see :data:`PRESETS`), or the given one."""
+    if isinstance(preset, RubricPreset):
+        return preset
+    if preset not in PRESETS:
+        raise ValueError(f"unknown rubric preset {preset!r}; known presets: {sorted(PRESETS)}")
+    return PRESETS[preset]
+
+
+def _choose_kinds(rng: np.random.Generator, n: int, preset: RubricPreset) -> list[str]:
+    kinds: list[str] = []
+
+    def take(candidates: Sequence[str], upto: int) -> None:
+        for kind in rng.permutation(candidates):
+            if len(kinds) == upto:
+                break
+            if all(frozenset((kind, k)) not in preset.conflicts for k in kinds):
+                kinds.append(str(kind))
+
+    if preset.local_kinds:  # no draw at all otherwise: the default preset's tasks stay what they were
+        take(
+            preset.local_kinds,
+            int(rng.integers(min(preset.min_local, n), min(n, len(preset.local_kinds)) + 1)),
+        )
+    take(preset.kinds, n)
+    return kinds
+
+
 def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def generate_task(rng: np.random.Generator, n_criteria: int) -> RubricTask:
+def generate_task(
+    rng: np.random.Generator, n_criteria: int, preset: str | RubricPreset = "default"
+) -> RubricTask:
     """One procedural task with ``n_criteria`` compatible criteria and an oracle response that passes them all."""
+    spec = get_preset(preset)
     topic = _pick(rng, list(_TOPICS))
     words = _TOPICS[topic]
     instruction = _pick(rng, _TEMPLATES).format(topic=topic)
-    kinds: list[str] = []
-    for kind in rng.permutation(_KINDS):
-        if len(kinds) == n_criteria:
-            break
-        if all(frozenset((kind, k)) not in _CONFLICTS for k in kinds):
-            kinds.append(str(kind))
+    kinds = _choose_kinds(rng, n_criteria, spec)
 
     criteria: list[Criterion] = []
     keyword, word2 = words[0], words[1 + int(rng.integers(len(words) - 1))]
-    repeat = 1
+    repeat, min_words = 1, spec.oracle_words
     body = [
         f"I like {keyword}",
         f"A {word2} is part of it",
@@ -170,7 +250,8 @@ def generate_task(rng: np.random.Generator, n_criteria: int) -> RubricTask:
                 Criterion("length_constraints:number_words", {"num_words": n, "relation": "less than"})
             )
         elif kind == "words_least":
-            n = int(rng.integers(5, 16))
+            n = int(rng.integers(*spec.min_words))
+            min_words = max(min_words, n)
             criteria.append(
                 Criterion("length_constraints:number_words", {"num_words": n, "relation": "at least"})
             )
@@ -208,7 +289,15 @@ def generate_task(rng: np.random.Generator, n_criteria: int) -> RubricTask:
             n = int(rng.integers(1, 3))
             body.append("It is " + " and ".join(f"*{w}*" for w in words[:n]))
             criteria.append(Criterion("detectable_format:number_highlighted_sections", {"num_highlights": n}))
+        elif kind == "first_keyword":
+            first = _pick(rng, words[1:])
+            body[0] += f" and the {first}"
+            criteria.append(Criterion(FIRST_SENTENCE_KEYWORD, {"keyword": first}))
     body += [f"The {keyword} is here"] * max(0, repeat - 2)
+    for filler in _FILLERS * 4:  # the default preset's body is long enough already: nothing is added there
+        if len(re.findall(r"\w+", ". ".join(body))) >= min_words:
+            break
+        body.append(filler)
     text = prefix + ". ".join(body) + "."
     if extra_lines:
         text += "\n" + "\n".join(extra_lines)
@@ -228,24 +317,35 @@ def generate_task(rng: np.random.Generator, n_criteria: int) -> RubricTask:
 
 
 class ProceduralRubric:
-    """Endless procedural rubric tasks with 1-4 criteria, split into train/test by a hash.
+    """Endless procedural rubric tasks of one preset, split into train/test by a hash.
 
     Args:
-        min_criteria: Fewest criteria per task (>= 1).
-        max_criteria: Most criteria per task (<= 4).
+        min_criteria: Fewest criteria per task (>= 1; default: the preset's, 1 or 4).
+        max_criteria: Most criteria per task (at most the preset's most, 4 or 8; default: that).
         split: ``"train"`` or ``"test"``; a task belongs to exactly one split (1 in 5 is test).
+        preset: ``"default"`` (1-4 criteria) or ``"hard"`` (4-8 criteria, 2-5 of them localized); see
+            :data:`PRESETS`.
     """
 
     has_counterfactual = True
 
-    def __init__(self, min_criteria: int = 1, max_criteria: int = 4, split: str = "train") -> None:
-        if not 1 <= min_criteria <= max_criteria <= 4:
+    def __init__(
+        self,
+        min_criteria: int | None = None,
+        max_criteria: int | None = None,
+        split: str = "train",
+        preset: str | RubricPreset = "default",
+    ) -> None:
+        self.preset = get_preset(preset)
+        low = self.preset.min_criteria if min_criteria is None else min_criteria
+        high = self.preset.max_criteria if max_criteria is None else max_criteria
+        if not 1 <= low <= high <= self.preset.max_criteria:
             raise ValueError(
-                f"need 1 <= min_criteria <= max_criteria <= 4, got {min_criteria}, {max_criteria}"
+                f"need 1 <= min_criteria <= max_criteria <= {self.preset.max_criteria}, got {low}, {high}"
             )
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        self.min_criteria, self.max_criteria, self.split = min_criteria, max_criteria, split
+        self.min_criteria, self.max_criteria, self.split = low, high, split
 
     def __len__(self) -> int:
         return 2**31  # effectively endless
@@ -253,7 +353,7 @@ class ProceduralRubric:
     def sample(self, rng: np.random.Generator) -> RubricTask:
         while True:
             n = int(rng.integers(self.min_criteria, self.max_criteria + 1))
-            task = generate_task(rng, n)
+            task = generate_task(rng, n, self.preset)
             if split_of(task.task_id) == self.split:
                 return task
 
@@ -315,35 +415,35 @@ def load_jsonl(path: str | os.PathLike[str], *, skip_unknown: bool = False) -> R
         path: The file.
         skip_unknown: Drop criteria whose id is not in the vocabulary (e.g. IFBench-only ids) instead of raising.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such task file: {path}")
-    tasks = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                task = record_to_task(
-                    json.loads(line), source=str(path), index=lineno, skip_unknown=skip_unknown
-                )
-            except (json.JSONDecodeError, ValueError) as e:
-                raise ValueError(f"{path}:{lineno}: {e}") from e
-            if task is not None:
-                tasks.append(task)
+    tasks = read_jsonl(
+        path,
+        lambda record, lineno: record_to_task(
+            record, source=str(path), index=lineno, skip_unknown=skip_unknown
+        ),
+    )
     return RubricTaskList(tasks, name=str(path))
 
 
 def resolve_tasks(
     tasks: str | os.PathLike[str] | RubricTaskSource | Sequence[RubricTask] | None,
     *,
-    min_criteria: int = 1,
-    max_criteria: int = 4,
+    min_criteria: int | None = None,
+    max_criteria: int | None = None,
     split: str = "train",
+    preset: str = "default",
 ) -> RubricTaskSource:
-    """Turn the Rubric env's ``tasks`` argument into a task source (``"procedural"``, a ``.jsonl`` path, a list)."""
+    """Turn the Rubric env's ``tasks`` argument into a task source (``"procedural"``, a ``.jsonl`` path, a list).
+
+    ``preset``, ``min_criteria`` and ``max_criteria`` shape the procedural tasks only; given with other tasks they
+    raise ``ValueError`` rather than being ignored.
+    """
     if tasks is None or tasks == "procedural":
-        return ProceduralRubric(min_criteria, max_criteria, split)
+        return ProceduralRubric(min_criteria, max_criteria, split, preset)
+    if preset != "default" or min_criteria is not None or max_criteria is not None:
+        raise ValueError(
+            f"preset={preset!r}, min_criteria={min_criteria!r} and max_criteria={max_criteria!r} apply to "
+            f"procedural tasks only, not to tasks={tasks!r:.80}"
+        )
     if hasattr(tasks, "sample"):
         return tasks  # type: ignore[return-value]
     if isinstance(tasks, (str, os.PathLike)):

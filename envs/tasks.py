@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
@@ -49,3 +52,26 @@ class TaskList(Sequence[T], Generic[T]):
 
     def sample(self, rng: np.random.Generator) -> T:
         return self._tasks[int(rng.integers(len(self._tasks)))]
+
+
+def read_jsonl(path: str | os.PathLike[str], parse: Callable[[object, int], T | None]) -> list[T]:
+    """``parse(record, lineno)`` of every non-blank line of a JSONL file, skipping ``None`` results.
+
+    A missing file raises ``FileNotFoundError``; a line that is not JSON or that ``parse`` rejects with a
+    ``ValueError`` raises ``ValueError`` naming the file and the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such task file: {path}")
+    out: list[T] = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = parse(json.loads(line), lineno)
+            except (json.JSONDecodeError, ValueError) as e:
+                raise ValueError(f"{path}:{lineno}: {e}") from e
+            if item is not None:
+                out.append(item)
+    return out

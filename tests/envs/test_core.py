@@ -120,6 +120,56 @@ def test_token_outside_vocabulary_is_rejected(env: MathEnv, bad: int) -> None:
     assert env.ledger == before  # nothing was appended
 
 
+@pytest.mark.parametrize("bad", [3.7, True, "7", np.float32(5.0), np.bool_(True), None])
+def test_a_non_integer_action_is_rejected(env: MathEnv, bad: object) -> None:
+    env.reset(seed=0)
+    n = env.ledger.n
+    with pytest.raises(TypeError, match="expects a token id"):
+        env.step(bad)
+    assert env.ledger.n == n  # nothing was appended
+    env.step(np.int64(5))  # NumPy integers and 0-d integer arrays are token ids
+    env.step(np.array(6))
+    assert env.ledger.token_id[-2:].tolist() == [5, 6]
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "48"])
+def test_a_non_integer_budget_is_rejected(bad: object) -> None:
+    with pytest.raises(TypeError, match="max_new_tokens must be an int"):
+        MathEnv(max_new_tokens=bad)  # type: ignore[arg-type]
+
+
+class _FailingMath(MathEnv):
+    fail = True
+
+    def grade(self, response: str):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise RuntimeError("verifier exploded")
+        return super().grade(response)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_exception_at_the_end_of_a_turn_leaves_the_episode_as_it_was(chunked: bool) -> None:
+    env = _FailingMath(max_new_tokens=24)
+    env.reset(seed=3)
+    tokens = [*encode(env, "The answer is"), eos(env)]
+    env.step(np.asarray(tokens[:2]))
+    before, turn_tokens = env.ledger.copy(), env.turn_tokens_left
+    with pytest.raises(RuntimeError, match="verifier exploded"):
+        if chunked:
+            env.step(np.asarray(tokens[2:]))
+        else:
+            for t in tokens[2:]:
+                env.step(t)
+    if chunked:
+        assert env.ledger == before and env.turn_tokens_left == turn_tokens  # the whole chunk taken back
+    else:  # token by token: only the failing (stop) token is taken back, the ones before it stay stepped
+        assert env.ledger.token_id.tolist() == [*before.token_id.tolist(), *tokens[2:-1]]
+    assert not env.done
+    env.fail = False
+    *_, terminated, _, info = env.step(np.asarray([eos(env)]))
+    assert terminated and info["status"] in ("wrong", "unparseable")  # the episode goes on, consistently
+
+
 def test_chunk_must_be_a_1d_integer_array(env: MathEnv) -> None:
     env.reset(seed=6)
     with pytest.raises(ValueError, match="1-D integer"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,8 @@ from hypothesis import strategies as st
 import creditgym  # noqa: F401
 from creditgym.envs import ENV_IDS, registered_ids
 from creditgym.envs.rubric import CRITERIA_HEADER, RubricEnv, criteria_block
-from creditgym.envs.rubric_tasks import ProceduralRubric, RubricTask, generate_task, load_jsonl
+from creditgym.envs.rubric_tasks import PRESETS, ProceduralRubric, RubricTask, generate_task, load_jsonl
+from creditgym.verifiers._rubric_local import FIRST_SENTENCE_KEYWORD
 from creditgym.verifiers.rubric import Criterion, grade
 
 _ENV = RubricEnv()
@@ -190,3 +193,115 @@ def test_eval_cli_oracle_scores_one(tmp_path: Path) -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "accuracy 1.000 over 20 episodes" in out.stdout
+
+
+# -------------------------------------------------------------------------------------------- the hard preset
+
+_LOCAL_IDS = {
+    "startend:end_checker",
+    "detectable_content:postscript",
+    FIRST_SENTENCE_KEYWORD,
+    "detectable_format:number_bullet_lists",
+    "detectable_format:title",
+}
+
+
+def test_hard_preset_is_registered_with_its_budget_and_passes_check_env() -> None:
+    env = gym.make("creditgym/Rubric-v0", preset="hard")
+    base = env.unwrapped
+    assert isinstance(base, RubricEnv) and base.max_new_tokens == PRESETS["hard"].max_new_tokens == 192
+    assert RubricEnv(preset="hard", max_new_tokens=96).max_new_tokens == 96
+    assert RubricEnv().max_new_tokens == 256  # the default preset's budget, as before
+    check_env(gym.make("creditgym/Rubric-v0", preset="hard", max_new_tokens=16).unwrapped)
+    env.close()
+
+
+def test_hard_tasks_have_4_to_8_criteria_with_localized_ones() -> None:
+    tasks = ProceduralRubric(split="train", preset="hard").take(300, seed=0)
+    assert {len(t.criteria) for t in tasks} == set(range(4, 9))
+    local = [sum(c.id in _LOCAL_IDS for c in t.criteria) for t in tasks]
+    assert min(local) >= 2 and max(local) == 5
+    for cid in _LOCAL_IDS:
+        assert sum(any(c.id == cid for c in t.criteria) for t in tasks) >= 100, cid
+    assert all(len({c.id for c in t.criteria}) == len(t.criteria) for t in tasks)
+
+
+def test_default_preset_tasks_are_unchanged_by_the_presets() -> None:
+    """The credit study and the tiny model were made on these tasks: the digests are main's before presets."""
+    digests = {
+        "train": "ac4f8f86570d65bf173c703d0b6c52fb640f732c6962cc81d4d5ef81de90667a",
+        "test": "0b015687bda8c2ba25d8efde6297546e2580bb049873a36f0ea5e7925fcdaf14",
+    }
+    for split, digest in digests.items():
+        tasks = ProceduralRubric(split=split).take(300, seed=0)
+        got = hashlib.sha256(json.dumps([(t.task_id, t.oracle) for t in tasks]).encode()).hexdigest()
+        assert got == digest, split
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_hard_oracles_pass_run_96_to_192_tokens_and_point_at_their_evidence(split: str) -> None:
+    tok = _ENV.tokenizer
+    for task in ProceduralRubric(split=split, preset="hard").take(150, seed=3):
+        oracle = task.oracle or ""
+        v = grade(oracle, task.criteria)
+        assert v.score == 1.0, (task, v)
+        assert 96 <= len(tok(oracle, add_special_tokens=False)["input_ids"]) < 192
+        for c, row in zip(task.criteria, v.details["criteria"], strict=True):
+            spans = [oracle[a:b] for a, b in row["spans"]]
+            if c.id in _LOCAL_IDS:
+                assert row["span"] is not None and row["span"] in v.spans, (c.id, oracle)
+            if c.id == "startend:end_checker":
+                assert [s.lower() for s in spans] == [c.kwargs["end_phrase"].lower()]
+            elif c.id == "detectable_content:postscript":
+                assert spans[0].upper().startswith("P.S.")
+            elif c.id == FIRST_SENTENCE_KEYWORD:
+                assert spans[0].lower() == c.kwargs["keyword"] and row["span"][1] <= oracle.index(".") + 1
+            elif c.id == "detectable_format:number_bullet_lists":
+                assert len(spans) == c.kwargs["num_bullets"] and all(s.startswith("* ") for s in spans)
+            elif c.id == "detectable_format:title":
+                assert re.fullmatch(r"<<[^<>]+>>", spans[0])
+
+
+def test_hard_preset_all_or_nothing_and_partial_with_one_localized_criterion_missed() -> None:
+    task = next(
+        t
+        for t in ProceduralRubric(split="test", preset="hard").take(50, seed=0)
+        if any(c.id == "startend:end_checker" for c in t.criteria)
+    )
+    phrase = next(c.kwargs["end_phrase"] for c in task.criteria if c.id == "startend:end_checker")
+    oracle = task.oracle or ""
+    broken = oracle.replace(phrase, "").rstrip() + " Bye now."  # the end phrase moved away from the end
+    n = len(task.criteria)
+    for mode, expected in (("partial", (n - 1) / n), ("all_or_nothing", 0.0)):
+        env = RubricEnv(preset="hard", reward_mode=mode)
+        _, reward, terminated, _, info = _episode(env, oracle, task=task)
+        assert reward == 1.0 and terminated
+        _, reward, *_, info = _episode(env, broken, task=task)
+        assert reward == pytest.approx(expected)
+        row = next(r for r in info["criteria"] if r["id"] == "startend:end_checker")
+        assert not row["passed"] and row["span"] is None
+
+
+def test_hard_counterfactual_prompt_drops_every_criterion() -> None:
+    env = RubricEnv(preset="hard")
+    env.reset(seed=2)
+    task = env.task
+    assert task is not None and 4 <= len(task.criteria) <= 8
+    full = env.tokenizer.decode(env.ledger.token_id.tolist())
+    cf = env.tokenizer.decode(env.counterfactual_prompt_tokens())
+    assert full.replace(criteria_block(task), "", 1) == cf and CRITERIA_HEADER not in cf
+
+
+def test_bad_preset_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown rubric preset 'harder'; known presets: \['default', 'hard'\]"
+    ):
+        RubricEnv(preset="harder")
+    with pytest.raises(ValueError, match=r"max_criteria <= 8, got 4, 9"):
+        RubricEnv(preset="hard", max_criteria=9)
+    with pytest.raises(ValueError, match=r"max_criteria <= 4, got 1, 6"):
+        RubricEnv(max_criteria=6)
+    path = tmp_path / "ifeval.jsonl"
+    path.write_text(json.dumps(_ifeval_rows()[0]) + "\n")
+    with pytest.raises(ValueError, match="apply to procedural tasks only"):
+        RubricEnv(tasks=str(path), preset="hard")
