@@ -8,12 +8,14 @@ registered by name; importing this package registers all of them::
     module = credit.get("grpo")                 # CreditModule: fn, config, signals, critic
     out = module(batch, module.config())        # out.advantages: (B, T)
 
-Adding a module: one file ``credit/<name>.py`` using `register`, plus one import line below.
+Adding a module: one file ``credit/<name>.py`` using `register`, plus one import line below (or, outside the
+package, any module that calls `register`; a new signal is `declare_signal` here plus a provider in
+``creditgym.agents.signals``).
 """
 
 from __future__ import annotations
 
-from creditgym.credit import cast, compo, cort, gae, grpo, pact, rloo
+from creditgym.credit import cast, compo, cort, gae, grpo, pact, rloo, vine
 from creditgym.credit.base import (
     SIGNALS,
     CreditBatch,
@@ -23,6 +25,7 @@ from creditgym.credit.base import (
     CriticTargetFn,
     UnknownCreditModuleError,
     available,
+    declare_signal,
     get,
     register,
     require,
@@ -54,6 +57,7 @@ __all__ = [
     "cast",
     "compo",
     "cort",
+    "declare_signal",
     "gae",
     "get",
     "grpo",
@@ -61,4 +65,5 @@ __all__ = [
     "register",
     "require",
     "rloo",
+    "vine",
 ]

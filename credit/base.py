@@ -8,14 +8,17 @@ A credit module turns sparse scores into per-token advantages. It is one pure fu
     class MyConfig:
         scale: float = 1.0
 
-    @register("mine", config=MyConfig, signals=("teacher_logprobs",))
+    @register("mine", config=MyConfig, signals={"teacher_logprobs": ("teacher",)})
     @torch.no_grad()
     def mine(batch: CreditBatch, cfg: MyConfig) -> CreditOutput:
         teacher = require(batch, "teacher_logprobs", module="mine")  # raises at the top when missing
         ...
 
-The trainer only ever does ``module = get(name); out = module(batch, cfg)``: it computes the signals listed in
-``module.signals`` and trains a critic when ``module.critic`` is true, and never branches on the name.
+``signals`` names the extra inputs the module reads (the vocabulary `SIGNALS`; `declare_signal` adds to it) and,
+for each, the fields of the module's config that parameterise how it is computed (here the field ``teacher``
+chooses the teacher). The trainer only ever does ``module = get(name); out = module(batch, cfg)``: for each
+declared signal it runs that signal's provider (``creditgym.agents.signals``) with those fields as parameters,
+trains a critic when ``module.critic`` is true, and never branches on the name.
 
 A critic module may also need inputs that exist only *after* the actor update (PACT's actor-then-critic order:
 log-probs of the updated actor). It declares them as ``critic_signals`` together with a ``critic_targets``
@@ -26,7 +29,8 @@ signals, adds them to ``batch.signals`` and fits the critic on ``critic_targets(
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
@@ -44,25 +48,45 @@ __all__ = [
     "UnknownCreditModuleError",
     "advantage_metrics",
     "available",
+    "declare_signal",
     "get",
     "register",
     "require",
 ]
 
-#: The fixed vocabulary of extra inputs a module may declare, with their meaning. Every signal tensor has shape
-#: (B, T, ...) aligned with ``old_logprobs`` and is read only where ``policy_mask`` is True.
-SIGNALS: Mapping[str, str] = MappingProxyType(
-    {
-        "counterfactual_logprobs": "(B, T) log-probs of the sampled tokens replayed under the counterfactual "
-        "prompt (CoRT: the rubric-free prompt), teacher-forced, no grad",
-        "teacher_logprobs": "(B, T) log-probs of the sampled tokens under a stop-gradient teacher (CAST)",
-        "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
-        "(CompPO: concentration in [0, 1])",
-        "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
-        "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1}, computed "
-        "after the actor update for a module's critic phase (PACT's critic_signals)",
-    }
-)
+_SIGNALS: dict[str, str] = {
+    "counterfactual_logprobs": "(B, T) log-probs of the sampled tokens replayed under the counterfactual "
+    "prompt (CoRT: the rubric-free prompt), teacher-forced, no grad",
+    "teacher_logprobs": "(B, T) log-probs of the sampled tokens under a stop-gradient teacher (CAST)",
+    "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
+    "(CompPO: concentration in [0, 1])",
+    "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
+    "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1}, computed "
+    "after the actor update for a module's critic phase (PACT's critic_signals)",
+    "mc_values": "(B, T, 2) Monte-Carlo values around the step holding each policy token: [..., 0] = V(prefix "
+    "before the step), [..., 1] = V(prefix after it), each the mean reward of K continuations sampled from that "
+    "prefix; after the last step, the response's reward (VinePPO)",
+}
+#: The vocabulary of extra inputs a module may declare, with their meaning (read-only view; `declare_signal` adds
+#: to it). Every signal tensor has shape (B, T, ...) aligned with ``old_logprobs`` and is read only where
+#: ``policy_mask`` is True.
+SIGNALS: Mapping[str, str] = MappingProxyType(_SIGNALS)
+
+
+def declare_signal(name: str, meaning: str) -> None:
+    """Add ``name`` to the vocabulary `SIGNALS`, with its shape and meaning (``"(B, T) ..."``).
+
+    A new signal needs this declaration (the contract) and a provider in ``creditgym.agents.signals`` (how a
+    trainer computes it). Declaring a known name again with the same meaning is a no-op.
+
+    Raises:
+        ValueError: ``name`` is not an identifier, is ``values``, or is declared already with another meaning.
+    """
+    if not name.isidentifier():
+        raise ValueError(f"signal name must be a Python identifier like 'teacher_logprobs', got {name!r}")
+    if name in _SIGNALS and _SIGNALS[name] != meaning:
+        raise ValueError(f"signal {name!r} is declared already: {_SIGNALS[name]!r}")
+    _SIGNALS[name] = meaning
 
 
 def _describe(x: Tensor) -> str:
@@ -202,12 +226,16 @@ class CreditOutput:
         token_credit: (B, T) float or None. Per-token credit for plots and diagnostics (credit heatmaps), when it
             differs from the advantages, e.g. PACT's ``C_t = V(next prefix) - V(prefix)``; 0 where masked. The
             trainer never optimises it.
+        token_marks: named (B, T) diagnostic marks in {-1, 0, +1}: tokens a module treats apart, signed by the
+            direction it pushes them (CAST: ``"flip"``, its flipped tokens); 0 where masked. ``creditgym probe``
+            reports, per mark, the share of marked tokens whose A* has the mark's sign. Never optimised.
     """
 
     advantages: Tensor
     returns: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     token_credit: Tensor | None = None
+    token_marks: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         a = self.advantages
@@ -228,6 +256,12 @@ class CreditOutput:
             raise TypeError(
                 f"CreditOutput.token_credit: expected a float tensor of shape {tuple(a.shape)}, got {got}"
             )
+        for name, m in self.token_marks.items():
+            if not isinstance(m, Tensor) or m.shape != a.shape:
+                got = _describe(m) if isinstance(m, Tensor) else type(m).__name__
+                raise TypeError(
+                    f"CreditOutput.token_marks[{name!r}]: expected shape {tuple(a.shape)}, got {got}"
+                )
 
 
 ConfigT = TypeVar("ConfigT")
@@ -264,7 +298,8 @@ class CreditModule(Generic[ConfigT]):
 
     ``critic_signals`` and ``critic_targets`` (both empty / None unless the module declares them): inputs the
     trainer computes after the actor update, and the function giving the critic's targets from them (see the
-    module docstring).
+    module docstring). ``signal_params`` maps each declared signal (of either phase) to the fields of ``config``
+    that parameterise its provider (empty tuple: none).
     """
 
     name: str
@@ -275,6 +310,19 @@ class CreditModule(Generic[ConfigT]):
     critic_signals: tuple[str, ...] = ()
     critic_targets: CriticTargetFn[ConfigT] | None = None
     critic_loss: str = "mse"
+    signal_params: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def make_config(self, overrides: Mapping[str, object] | None = None) -> ConfigT:
+        """The module's config with ``overrides`` (field -> value); an unknown field names the valid ones."""
+        overrides = dict(overrides or {})
+        valid = [f.name for f in dataclasses.fields(self.config)]  # type: ignore[arg-type]
+        bad = sorted(set(overrides) - set(valid))
+        if bad:
+            raise ValueError(
+                f"credit module {self.name!r} has no config field {', '.join(map(repr, bad))}; its fields: "
+                f"{valid}"
+            )
+        return self.config(**overrides)
 
     def __call__(self, batch: CreditBatch, cfg: ConfigT | None = None) -> CreditOutput:
         """Runs the module (default config when ``cfg`` is None) and checks the output contract."""
@@ -311,13 +359,30 @@ class CreditModule(Generic[ConfigT]):
 _REGISTRY: dict[str, CreditModule[object]] = {}
 
 
+SignalDecl = Sequence[str] | Mapping[str, Sequence[str]]
+
+
+def _signal_params(module: str, config: type, decl: SignalDecl) -> dict[str, tuple[str, ...]]:
+    """``decl`` as ``{signal: config fields}``, each field checked to exist on ``config``."""
+    params = {s: tuple(f) for s, f in decl.items()} if isinstance(decl, Mapping) else {s: () for s in decl}
+    names = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    for signal, wanted in params.items():
+        missing = [f for f in wanted if f not in names]
+        if missing:
+            raise ValueError(
+                f"credit module {module!r}: the parameters {missing} declared for signal {signal!r} are not "
+                f"fields of {config.__name__} (fields: {sorted(names)})"
+            )
+    return params
+
+
 def register(
     name: str,
     *,
     config: type[ConfigT],
-    signals: tuple[str, ...] = (),
+    signals: SignalDecl = (),
     critic: bool = False,
-    critic_signals: tuple[str, ...] = (),
+    critic_signals: SignalDecl = (),
     critic_targets: CriticTargetFn[ConfigT] | None = None,
     critic_loss: str = "mse",
 ) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
@@ -326,21 +391,27 @@ def register(
     Args:
         name: the registry key, a Python identifier (``"cort"``).
         config: the module's frozen config dataclass; ``config()`` must give the defaults.
-        signals: extra inputs the trainer must compute, from ``SIGNALS``.
+        signals: extra inputs the trainer must compute, from ``SIGNALS``: a tuple of names, or a mapping from
+            each name to the fields of ``config`` its provider takes as parameters (``{"attention_stats":
+            ("layers",)}``).
         critic: True when the module's advantages come from a critic the trainer must train on ``returns``
             (such a module declares the ``values`` signal).
         critic_signals: signals (from ``SIGNALS``) the trainer computes after the actor update, for
-            ``critic_targets`` only (e.g. ``("updated_logprobs",)``). Needs ``critic`` and ``critic_targets``.
+            ``critic_targets`` only (e.g. ``("updated_logprobs",)``), declared like ``signals``. Needs ``critic``
+            and ``critic_targets``.
         critic_targets: ``(batch, cfg) -> (targets, mask)`` for the critic phase; given with ``critic_signals``.
         critic_loss: ``"mse"`` (the value head's output is V) or ``"bce"`` (it is a logit: the trainer passes
             ``sigmoid(logit)`` as ``values`` and fits the logit with soft binary cross-entropy, as PACT does).
 
     Raises:
-        ValueError: duplicate name, name not an identifier, unknown signal, a critic without ``values``, or
-            ``critic_signals`` without ``critic`` and ``critic_targets`` (or the reverse).
+        ValueError: duplicate name, name not an identifier, unknown signal, a signal parameter that is not a
+            config field, a critic without ``values``, or ``critic_signals`` without ``critic`` and
+            ``critic_targets`` (or the reverse).
     """
     if not name.isidentifier():
         raise ValueError(f"credit module name must be a Python identifier like 'grpo', got {name!r}")
+    params = {**_signal_params(name, config, signals), **_signal_params(name, config, critic_signals)}
+    signals, critic_signals = tuple(signals), tuple(critic_signals)
     unknown = sorted((set(signals) | set(critic_signals)) - set(SIGNALS))
     if unknown:
         raise ValueError(
@@ -362,7 +433,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
         _REGISTRY[name] = CreditModule(  # type: ignore[assignment]
-            name, fn, config, tuple(signals), critic, tuple(critic_signals), critic_targets, critic_loss
+            name, fn, config, signals, critic, critic_signals, critic_targets, critic_loss, params
         )
         return fn
 

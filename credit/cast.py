@@ -1,7 +1,8 @@
 """CAST: clipped asymmetric self-teaching with advantage flipping for GRPO (arXiv 2606.00172).
 
-Not the game-solver "CAST" (arXiv 2607.25308). Formulas: credit_methods.md section 2; the base advantage, the
-clip bounds and the final clip are the paper's, the map ``g -> w``, lambda and the flip rule are ours.
+Not the game-solver "CAST" (arXiv 2607.25308). The base advantage, the clip bounds of ``w`` and the final clip
+are the paper's (section 3, "Asymmetric clipping and advantage flipping"); the map ``g -> w``, lambda and the
+flip rule are ours.
 
 Base advantage per row i (group g(i); "correct" = ``r_i >= correct_threshold``, default 1.0, i.e. a binary
 verifier's pass)::
@@ -20,24 +21,46 @@ Token signal: ``g[i, t] = teacher_logprobs[i, t] - old_logprobs[i, t]`` (teacher
                 = A^[i, t]                otherwise                          (and always when flip=False)
     A[i, t]    <- clip(A[i, t], -adv_clip, adv_clip)          (adv_clip = 1.2)
 
-``delta`` is ``cfg.delta`` when set, else the ``delta_quantile`` (default 0.75, the doc's 70th-80th percentile)
-quantile of ``|g|`` over the batch's policy tokens with a finite g (linear interpolation). Without a threshold
-about half of all tokens flip on noise.
+``delta`` is ``cfg.delta`` when set (default 1.0 nats), else the ``delta_quantile`` quantile of ``|g|`` over the
+batch's policy tokens with a finite g (linear interpolation; the reference's "70th-80th percentile"). The quantile
+is meaningless when the gap is noise: it flips a fixed share of tokens whatever their gap. Measured with the
+snapshot teacher on the chains (``runs/cast-before``, lr 5e-5): its 75th percentile was 0.0000-0.0002 nats at
+every step and it flipped 8-16% of the tokens of each sign's rows (0% right after each refresh, when g = 0).
+How the absolute default was calibrated: the (lambda, delta, kappa_-) grid of
+``examples/results/probe/chains-cast-sweep/`` scored against the probe's A* on two batches (the before and after
+checkpoints). lambda and kappa_- barely move any figure; the pooled Pearson with A* rises with delta for the default
+teacher (before / after batch: 0.063 / 0.061 at delta 0.25, the first choice, ``-log 0.8``, where ``w`` reaches its
+clip bound; 0.076 / 0.079 at 0.5; 0.083 / 0.081 at 1.0; GRPO 0.085 / 0.099), because no teacher's flips beat chance
+there. At 1.0 the default teacher flips 1.1-1.7% of the tokens.
 
-The teacher (what the trainer computes): ``teacher_logprobs`` are the log-probs of the sampled tokens under a
-stop-gradient **copy of the policy** that sees only the question and the generated prefix (the same context as the
-student: no reference solution, no answer), teacher-forced, no grad. The copy is refreshed every
-``teacher_refresh_every`` optimizer steps (a snapshot of the current weights), or, when ``teacher_ema`` is set,
-updated after every step as ``phi <- ema * phi + (1 - ema) * theta``. The trainer reads both fields from this
-config. Right after a snapshot refresh the teacher equals the behaviour policy and ``g = 0`` (GRPO plus the
-zero-variance branch for that step); the gap is never annealed (unlike RLSD).
+The teacher (``teacher``, computed by the trainer's provider, `creditgym.agents.teachers`): never given the answer.
+``"context"`` (default): the policy's own weights, scoring the response after an answer-free block prepended to
+the prompt for the teacher only (``teacher_context``: ``"check"``, an instruction to check each step, default, or
+``"examples:N"``, N worked examples of the task family); ``"model:PATH"``: a separate model; ``"snapshot"`` (a copy
+refreshed every ``teacher_refresh_every`` steps) and ``"ema"`` (``phi <- ema phi + (1 - ema) theta``) are
+ablations. With a lagged copy, "teacher-negative" means "recently reinforced": on correct rows the flips land on
+the answer digits the last updates pushed up, and right after a refresh g = 0. Scored against the probe's A* on
+the chains (``examples/results/probe/chains-cast-sweep/``), the share of flipped tokens whose A* has the flip's
+sign was 0.34 for a snapshot lagging 5 steps (chance: 0.46), 0.36-0.38 for ``examples:2`` (on the 1M-parameter
+tiny model the examples disturb the copying of the question's operands), 0.39-0.45 for ``check`` and 0.28-0.50
+(few flips) for a separate, stronger model: no answer-free teacher beat chance there, so the default is the one
+that does least harm, with an absolute threshold that flips few tokens.
+
+The final clip ``[-adv_clip, adv_clip]`` (1.2, the paper's) binds on large base advantages. In a mixed group of 8
+with k correct (GRPO, unbiased std), ``B = +2.47, +1.62, +1.21`` on the correct rows for k = 1, 2, 3 and
+``-1.21, -1.62, -2.47`` on the wrong rows for k = 5, 6, 7: the clip cuts the rare success of a hard group by up to
+51% (k = 1: 2.47 -> 1.2, so the group's advantages sum to -1.28 rather than 0: the prompt's responses are pushed
+down on net) and the rare failure of an easy group alike. Zero-variance groups (``|B| = 1``) reach the bound only
+at ``w = 1.2``. ``credit/cast/clip_frac_pos`` / ``clip_frac_neg`` / ``clip_mass_frac`` log it per step. Measured
+in a 20-step chains run with the defaults (``examples/results/probe/chains-cast-after``): per step the clip touched
+14.1% of the policy tokens (7-23%), 21.7% of the tokens of rows with B > 0 (0-59%) and 12.4% of those with B < 0
+(2-48%), and removed 7.8% of the pre-clip ``|A|`` mass (3-15%); with ``delta=0.25`` 12.8%, 26.6%, 8.7% and 6.7%.
 
 Non-finite ``g`` (e.g. a ``-inf`` teacher log-prob): the token gets the neutral ``w = 1`` and no flip, so its
 advantage is ``clip(B_i)``; it is left out of the quantile and counted in ``credit/cast/nonfinite_signal_tokens``.
 
 Alternatives (not implemented): ``w = clip(1 + sgn(B) g)`` (linear map); a per-response quantile threshold; a
-flip to a fixed magnitude (``-kappa_+ |B_i|``) rather than ``|A^|``; an EMA teacher with a lag instead of a
-snapshot.
+flip to a fixed magnitude (``-kappa_+ |B_i|``) rather than ``|A^|``.
 """
 
 from __future__ import annotations
@@ -48,14 +71,14 @@ import torch
 from torch import Tensor
 
 from creditgym.credit.base import CreditBatch, CreditOutput, register, require
-from creditgym.credit.grpo import GroupStats, GRPOConfig, group_metrics, group_stats, outcome_rewards
+from creditgym.credit.grpo import GroupStats, GRPOConfig, group_metrics, grpo_advantage
 
-__all__ = ["CASTConfig", "cast", "cast_base_advantage", "masked_quantile"]
+__all__ = ["CASTConfig", "cast", "cast_base_advantage", "masked_quantile", "parse_context", "parse_teacher"]
 
 
 @dataclass(frozen=True)
 class CASTConfig:
-    """Config of `cast` (defaults: credit_methods.md section 2).
+    """Config of `cast` (defaults: the paper's where it states them, ours otherwise; module docstring).
 
     Attributes:
         grpo: how the mixed-group advantage is computed (see `GRPOConfig`).
@@ -71,9 +94,13 @@ class CASTConfig:
         kappa_pos: ``kappa_+ >= 0``, the magnitude factor of a flipped teacher-negative token on a correct row.
         kappa_neg: ``kappa_- >= 0``, the bounded positive factor on a teacher-positive token of a wrong row.
         adv_clip: final clip of the advantages to ``[-adv_clip, adv_clip]``, ``> 0``.
-        teacher_refresh_every: for the trainer: refresh the teacher snapshot every N optimizer steps, ``>= 1``.
-        teacher_ema: for the trainer: when set, an EMA teacher ``phi <- ema phi + (1 - ema) theta`` updated after
-            every step (``teacher_refresh_every`` is then unused), in ``(0, 1)``.
+        teacher: for the trainer: ``"context"`` (the policy's weights after an answer-free block, default),
+            ``"model:PATH"`` (a separate model), ``"snapshot"`` or ``"ema"`` (ablations); see
+            `creditgym.agents.teachers`.
+        teacher_context: for ``teacher="context"``: ``"examples:N"`` (N worked examples of the task family) or
+            ``"check"`` (an instruction to check each step).
+        teacher_refresh_every: for ``teacher="snapshot"``: refresh the copy every N optimizer steps, ``>= 1``.
+        teacher_ema: for ``teacher="ema"``: ``phi <- ema phi + (1 - ema) theta`` after every step, in ``(0, 1)``.
     """
 
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -84,13 +111,15 @@ class CASTConfig:
     pos_clip: tuple[float, float] = (0.8, 1.05)
     neg_clip: tuple[float, float] = (0.95, 1.2)
     flip: bool = True
-    delta: float | None = None
+    delta: float | None = 1.0
     delta_quantile: float = 0.75
     kappa_pos: float = 1.0
     kappa_neg: float = 0.5
     adv_clip: float = 1.2
+    teacher: str = "context"
+    teacher_context: str = "check"
     teacher_refresh_every: int = 10
-    teacher_ema: float | None = None
+    teacher_ema: float = 0.9
 
     def __post_init__(self) -> None:
         if not isinstance(self.grpo, GRPOConfig):
@@ -131,8 +160,36 @@ class CASTConfig:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"CASTConfig.teacher_refresh_every: expected an int >= 1, got {n!r}")
         e = self.teacher_ema
-        if e is not None and (isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1):
-            raise ValueError(f"CASTConfig.teacher_ema: expected None or a float in (0, 1), got {e!r}")
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1:
+            raise ValueError(f"CASTConfig.teacher_ema: expected a float in (0, 1), got {e!r}")
+        for name, parse in (("teacher", parse_teacher), ("teacher_context", parse_context)):
+            try:
+                parse(getattr(self, name))
+            except ValueError as err:
+                raise ValueError(f"CASTConfig.{err}") from None
+
+
+TEACHERS = ("context", "snapshot", "ema", "model:PATH")
+
+
+def parse_teacher(teacher: str) -> tuple[str, str | None]:
+    """``"context" | "snapshot" | "ema" | "model:PATH"`` -> (kind, PATH or None); ValueError on anything else."""
+    kind, sep, path = str(teacher).partition(":")
+    if kind == "model" and sep and path.strip():
+        return "model", path.strip()
+    if not sep and kind in ("context", "snapshot", "ema"):
+        return kind, None
+    raise ValueError(f"teacher: expected one of {list(TEACHERS)}, got {teacher!r}")
+
+
+def parse_context(spec: str) -> tuple[str, int]:
+    """``"examples:N"`` (N >= 0) or ``"check"`` -> (kind, N); ValueError on anything else."""
+    kind, sep, n = str(spec).partition(":")
+    if kind == "check" and not sep:
+        return "check", 0
+    if kind == "examples" and sep and n.strip().isdigit():
+        return "examples", int(n)
+    raise ValueError(f"teacher_context: expected 'examples:N' (N >= 0) or 'check', got {spec!r}")
 
 
 def masked_quantile(x: Tensor, mask: Tensor, q: float) -> Tensor:
@@ -155,19 +212,18 @@ def cast_base_advantage(batch: CreditBatch, cfg: CASTConfig) -> tuple[Tensor, Te
     Returns:
         B: (B,) base advantages; r: (B,) outcome rewards; is_sample: (B,) bool; the rows' `GroupStats`.
     """
-    r, is_sample = outcome_rewards(batch)  # (B,), (B,)
-    g = group_stats(r, batch.group_ids, is_sample, unbiased=cfg.grpo.unbiased_std)
-    mixed = is_sample & (g.n >= 2) & ~g.all_equal
+    A, r, is_sample, g = grpo_advantage(batch, cfg.grpo)  # (B,) each; 0 outside mixed groups
     zero_var = is_sample & (g.n >= 2) & g.all_equal
-    A = r - g.mean
-    if cfg.grpo.norm_by_std:
-        A = A / (g.std + cfg.grpo.eps)
     fixed = torch.where(r >= cfg.correct_threshold, cfg.b_correct, -cfg.b_wrong).to(r.dtype)
-    B = torch.where(mixed, A, torch.where(zero_var, fixed, 0.0))
+    B = torch.where(zero_var, fixed, A)
     return B, r, is_sample, g
 
 
-@register("cast", config=CASTConfig, signals=("teacher_logprobs",))
+@register(
+    "cast",
+    config=CASTConfig,
+    signals={"teacher_logprobs": ("teacher", "teacher_context", "teacher_refresh_every", "teacher_ema")},
+)
 @torch.no_grad()
 def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
     """CAST token advantages: fixed-sign base for zero-variance groups, asymmetric teacher weights, flips.
@@ -181,7 +237,10 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
         advantages (B, T) in ``[-adv_clip, adv_clip]``, 0 off the policy mask; no returns; metrics
         ``credit/cast/*``: GRPO's group metrics, ``all_correct_frac`` / ``all_wrong_frac`` / ``mixed_frac`` of
         the sample rows, ``delta`` (the threshold used), ``flip_pos_frac`` / ``flip_neg_frac`` (of the policy
-        tokens of rows with B > 0 / B < 0), ``clip_frac``, ``w_mean``, ``nonfinite_signal_tokens``.
+        tokens of rows with B > 0 / B < 0), ``clip_frac`` (of all policy tokens), ``clip_frac_pos`` /
+        ``clip_frac_neg`` (of the tokens of rows with B > 0 / B < 0), ``clip_mass_frac`` (the share of the
+        pre-clip ``|A|`` mass the clip removes), ``w_mean``, ``nonfinite_signal_tokens``; ``token_marks["flip"]``:
+        +1 on flipped tokens of wrong rows, -1 on flipped tokens of correct rows, 0 elsewhere.
     """
     teacher = require(batch, "teacher_logprobs", module="credit module 'cast'")
     mask = batch.policy_mask
@@ -218,6 +277,7 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
     correct = r >= cfg.correct_threshold
     on_pos, on_neg = mask & (B > 0)[:, None], mask & (B < 0)[:, None]
     n_tok = max(int(mask.sum()), 1)
+    cut = mask & (clipped != A)
     metrics = {
         **group_metrics("cast", r, stats, is_sample, advantages, mask),
         "credit/cast/all_correct_frac": float((zero_var & correct).sum()) / n_samples,
@@ -226,8 +286,13 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
         "credit/cast/delta": float(delta),
         "credit/cast/flip_pos_frac": float(flip_pos.sum()) / max(int(on_pos.sum()), 1),
         "credit/cast/flip_neg_frac": float(flip_neg.sum()) / max(int(on_neg.sum()), 1),
-        "credit/cast/clip_frac": float((mask & (clipped != A)).sum()) / n_tok,
+        "credit/cast/clip_frac": float(cut.sum()) / n_tok,
+        "credit/cast/clip_frac_pos": float((cut & on_pos).sum()) / max(int(on_pos.sum()), 1),
+        "credit/cast/clip_frac_neg": float((cut & on_neg).sum()) / max(int(on_neg.sum()), 1),
+        "credit/cast/clip_mass_frac": float((A - clipped)[mask].abs().sum())
+        / max(float(A[mask].abs().sum()), 1e-12),
         "credit/cast/w_mean": float(w[valid].mean()) if bool(valid.any()) else 1.0,
         "credit/cast/nonfinite_signal_tokens": float((mask & ~finite).sum()),
     }
-    return CreditOutput(advantages, metrics=metrics)
+    flips = (flip_neg & mask).to(dtype) - (flip_pos & mask).to(dtype)  # (B, T): the sign each flip pushes
+    return CreditOutput(advantages, metrics=metrics, token_marks={"flip": flips})

@@ -3,8 +3,8 @@ Computation: Architecture-Aware Credit Transport for LLM RL").
 
 Paper: a detached statistic of the behaviour policy's attention (its concentration) is mapped to a bounded
 per-token retention gate that enters both the one-step bootstrap and the GAE trace; a constant gate recovers
-fixed-coefficient GAE. The formulas below are ours (credit_methods.md section 3: only the idea's architecture
-was recoverable).
+fixed-coefficient GAE. The formulas below are ours (arXiv 2608.21501's abstract fixes only the idea's
+architecture: an attention-concentration gate in the bootstrap and the trace, and a transport-aligned critic).
 
 Signal ``attention_stats`` = **concentration** kappa (not entropy), (B, T) or (B, T, K) for K layers (then
 averaged over K)::
@@ -12,8 +12,9 @@ averaged over K)::
     kappa_t = 1 - (1 / |L|) sum_{l in L} Hbar_l(t),   Hbar_l(t) = head-mean entropy of layer l's causal attention
                                                        row that predicts token t, divided by log(#keys)  (in [0, 1])
 
-``Policy.forward_logprobs(..., attention_layers=cfg.layers).attention_entropy`` gives ``Hbar_l`` per layer;
-`attention_concentration` turns them into kappa. Gate, over the policy tokens of the batch (detached)::
+The trainer's ``attention_stats`` provider (``creditgym.agents.signals``) computes kappa from the behaviour
+pass over the decoder layers ``cfg.layers`` (a parameter the module declares for that signal). Gate, over the
+policy tokens of the batch (detached)::
 
     z_t   = (kappa_t - mean kappa) / sqrt(var kappa + 1e-8)          (batch statistics, unbiased var)
     eta_t = eta_min + (eta_max - eta_min) * sigmoid(a * z_t + b)
@@ -25,18 +26,34 @@ Comp-GAE over each row's policy tokens k = 0..K-1 (prompt, env tokens and paddin
     A_k     = delta_k + gamma eta_{k+1} A_{k+1},   A_K = 0     (kernel gamma^l prod_{j=k+1}^{k+l} eta_j)
     G_k     = A_k + V_k = r_k + gamma [(1 - eta_{k+1}) V_{k+1} + eta_{k+1} G_{k+1}]      (value targets)
 
-then optionally whitened over the batch's policy tokens (as ``gae``). ``eta == lam`` constant gives
-GAE(gamma, lam). Prior: ``a > 0`` (focused, retrieval-like tokens pass credit through; diffuse tokens fall back
-on the critic); the sign of ``a`` is a hyperparameter to sweep.
+then optionally whitened over the batch's policy tokens (as ``gae``). ``eta == lam`` constant gives GAE(gamma,
+lam). Prior: ``a > 0`` (focused, retrieval-like tokens pass credit through; diffuse tokens fall back on the
+critic); the sign of ``a`` is a hyperparameter to sweep.
+
+Gate defaults (``eta_min=0.5, eta_max=1, a=4.4, b=3.4``), from a measurement: kappa over layers (-2, -1) of
+the bundled tiny model on the chains (``creditgym/Math-v0``, ``difficulty=6``, 160 tokens; the probe's batch,
+32 responses, 2175 policy tokens) is right-skewed: quantiles 5/25/50/75/95% = 0.10/0.15/0.25/0.43/0.66, so z
+has quantiles -1.10/-0.83/-0.28/0.73/2.05. ``a, b`` put the median token at sigmoid 0.9 (eta 0.95) and the 5th
+percentile at sigmoid 0.2 (eta 0.6): most tokens pass credit on, the most diffuse quarter (eta < 0.72) falls
+back on the critic. On that batch eta has mean 0.864, sd 0.154, range [0.53, 1.00], within-response sd 0.153;
+the old defaults (0.9, 1, a=1, b=0) gave mean 0.949, sd 0.021, range [0.92, 0.997], i.e. GAE(0.95) in all but
+name. Reproduce: ``examples/results/probe/chains-compo-after/calibrate_gate.py``. Metrics
+``credit/compo/eta_mean``, ``eta_sd``, ``eta_min``, ``eta_max`` log the gate's spread every step.
 
 Controls (``gate``): ``"shuffled"`` permutes the attention gate values among each row's policy tokens (a
 generator seeded from ``(seed, batch.step)``: same multiset per row, order destroyed); ``"position"`` replaces
 kappa by the token's relative position among its row's policy tokens, ``k / (K - 1)`` (0 for a one-token row),
 then the same z-score and squashing. Alternative position control (not implemented): the batch-mean attention
-gate per relative-position bin.
+gate per relative-position bin. Gate-matched GAE (what the paper's "a constant gate recovers GAE" implies):
+GAE at the gate's own mean, ``gae:lam=<credit/compo/eta_mean>`` (0.864 measured above; about 0.86), and, with
+the same critic, ``compo:eta_min=0.86,eta_max=0.86`` (a constant gate is exactly GAE at that lambda): a
+difference from ``compo`` is then the gate's, not lambda's or the critic's.
 
-The critic (TAC, for the trainer): a value head on the actor's detached hidden states (final and middle layer,
-plus kappa), fitted by MSE to ``returns`` (G, computed with the same gates): ``value_loss(..., kind="mse")``.
+The critic (``critic``, the parameter of the ``values`` signal; ``creditgym.agents.critics``): ``"tac"``, the
+transport-aligned critic, an MLP over ``[sg(h^L); sg(h^{l_m}); kappa; the attention concentration of every
+layer]`` fitted by MSE to ``returns`` = G, computed with the same gates (so it is fitted to the gated returns,
+not to R); ``"standard"``, a linear value head on ``sg(h^L)`` fitted the same way (the paper's weaker
+ablation, what ``gae`` uses).
 
 Non-finite signals: a policy token with a non-finite kappa gets ``z = 0``; one with a non-finite value gets
 ``eta = 1`` (the trace passes through it, so no neighbour bootstraps from that value) and advantage 0. Both are
@@ -45,7 +62,6 @@ counted in ``credit/compo/nonfinite_signal_tokens``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,39 +73,44 @@ from creditgym.credit.gae import masked_whiten
 
 __all__ = [
     "CompPOConfig",
-    "attention_concentration",
     "comp_gae_advantages",
     "compo",
     "compo_gate",
 ]
 
 GATES = ("attention", "shuffled", "position")
+CRITICS = ("tac", "standard")
 
 
 @dataclass(frozen=True)
 class CompPOConfig:
-    """Config of `compo` (defaults: credit_methods.md section 3, marked [ours] there).
+    """Config of `compo` (defaults: ours; arXiv 2608.21501 states none, see the module docstring).
 
     Attributes:
         gamma: discount per policy token, in [0, 1].
         eta_min: lower gate bound, in ``[0, eta_max]``.
         eta_max: upper gate bound, in ``[eta_min, 1]``.
         a: slope of the gate in the z-scored concentration (sign: a hyperparameter; > 0 = focused tokens carry).
-        b: offset of the gate.
+        b: offset of the gate. The defaults of ``eta_min, eta_max, a, b`` come from kappa's measured
+            distribution on the chains (module docstring, "Gate defaults").
         gate: ``"attention"`` (the method), ``"shuffled"`` or ``"position"`` (the controls; module docstring).
-        layers: for the trainer: the decoder layers (0-based, negative from the end) whose attention-row entropy
-            it requests (``Policy.forward_logprobs(attention_layers=layers)``) to build ``attention_stats``.
+        layers: the decoder layers (0-based, negative from the end) whose attention rows give kappa: the
+            parameter of the ``attention_stats`` signal, and the TAC's ``kappa`` feature.
+        critic: ``"tac"`` (the transport-aligned critic, ``creditgym.agents.critics``) or ``"standard"`` (a
+            linear value head on the last hidden state, the paper's weaker ablation): the parameter of the
+            ``values`` signal.
         whiten: whiten the advantages over all policy tokens of the batch.
         seed: base seed of the shuffled-gate control (combined with ``batch.step``).
     """
 
     gamma: float = 1.0
-    eta_min: float = 0.9
+    eta_min: float = 0.5
     eta_max: float = 1.0
-    a: float = 1.0
-    b: float = 0.0
+    a: float = 4.4
+    b: float = 3.4
     gate: Literal["attention", "shuffled", "position"] = "attention"
     layers: tuple[int, ...] = (-2, -1)
+    critic: Literal["tac", "standard"] = "tac"
     whiten: bool = True
     seed: int = 0
 
@@ -107,6 +128,8 @@ class CompPOConfig:
             )
         if self.gate not in GATES:
             raise ValueError(f"CompPOConfig.gate: expected one of {GATES}, got {self.gate!r}")
+        if self.critic not in CRITICS:
+            raise ValueError(f"CompPOConfig.critic: expected one of {CRITICS}, got {self.critic!r}")
         if (
             not isinstance(self.layers, tuple)
             or not self.layers
@@ -117,18 +140,6 @@ class CompPOConfig:
             raise TypeError(f"CompPOConfig.whiten: expected a bool, got {self.whiten!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"CompPOConfig.seed: expected an int >= 0, got {self.seed!r}")
-
-
-def attention_concentration(entropies: Mapping[int, Tensor] | Sequence[Tensor]) -> Tensor:
-    """kappa = 1 - the mean over layers of the normalised attention-row entropies, (B, T) in [0, 1].
-
-    Args:
-        entropies: layer -> (B, T) (``ForwardOutput.attention_entropy``) or a sequence of (B, T) tensors.
-    """
-    stats = list(entropies.values()) if isinstance(entropies, Mapping) else list(entropies)
-    if not stats:
-        raise ValueError("attention_concentration: expected at least one layer's (B, T) attention entropy")
-    return 1.0 - torch.stack(stats, -1).mean(-1)
 
 
 def _zscore(x: Tensor, mask: Tensor) -> Tensor:
@@ -203,7 +214,12 @@ def comp_gae_advantages(
     return torch.where(mask, A, 0.0)
 
 
-@register("compo", config=CompPOConfig, signals=("attention_stats", "values"), critic=True)
+@register(
+    "compo",
+    config=CompPOConfig,
+    signals={"attention_stats": ("layers",), "values": ("critic", "layers")},
+    critic=True,
+)
 @torch.no_grad()
 def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
     """CompPO: Comp-GAE advantages and value targets with an attention-concentration gate.
@@ -211,13 +227,13 @@ def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
     Args:
         batch: token_rewards, policy_mask, step, ``values`` (B, T) (the critic, ``V(s_t)``) and the signal
             ``attention_stats`` (B, T) or (B, T, K): the concentration kappa in [0, 1] of the attention rows that
-            predict each token, from the behaviour forward pass (module docstring; `attention_concentration`).
+            predict each token, from the behaviour forward pass (module docstring).
         cfg: see `CompPOConfig`.
 
     Returns:
         advantages (B, T) (whitened when ``cfg.whiten``), returns (B, T) = unwhitened advantages + values, both 0
-        off the policy mask; metrics ``credit/compo/*`` (``eta_mean/min/max``, ``kappa_mean/std``,
-        ``value_mean``, ``return_mean``, ``explained_var``, ``nonfinite_signal_tokens``).
+        off the policy mask; metrics ``credit/compo/*`` (``eta_mean/sd/min/max``: the gate's spread,
+        ``kappa_mean/std``, ``value_mean``, ``return_mean``, ``explained_var``, ``nonfinite_signal_tokens``).
     """
     stats = require(batch, "attention_stats", module="credit module 'compo'")
     values = require(batch, "values", module="credit module 'compo'")
@@ -250,6 +266,7 @@ def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
     metrics = {
         **advantage_metrics("compo", advantages, mask),
         "credit/compo/eta_mean": e.mean().item() if e.numel() else 1.0,
+        "credit/compo/eta_sd": e.std(correction=0).item() if e.numel() else 0.0,
         "credit/compo/eta_min": e.min().item() if e.numel() else 1.0,
         "credit/compo/eta_max": e.max().item() if e.numel() else 1.0,
         "credit/compo/kappa_mean": kv.mean().item() if kv.numel() else 0.0,

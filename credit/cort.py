@@ -6,76 +6,128 @@ GRPO advantage over the response's tokens (the response-level reward is unchange
 
 Signal (paper): ``delta[i, t] = l+[i, t] - l-[i, t]`` with ``l+ = old_logprobs`` (the rollout prompt, rubric
 included) and ``l- = counterfactual_logprobs`` (the criteria-free prompt). Weight map and schedule (ours: the
-paper's exact map was not recoverable; credit_methods.md section 1), per response i over its T_i policy tokens::
+paper's exact map was not recoverable from arXiv 2607.25659, whose abstract fixes only the signal, the
+response normalisation and the ramp), per response i over its T_i policy tokens::
 
-    s[i, t]  = clip(delta[i, t], -c, c)                 (sign_aware: clip(max(delta, 0), 0, c))
-    u[i, t]  = T_i * softmax_t(s[i, :] / tau)            (mean 1 over the response)
-    w~[i, t] = clip(u[i, t], w_min, w_max)
-    w[i, t]  = w~[i, t] / mean_t w~[i, :]                (normalize=True; the paper's ablation: without it the
-                                                          mean weight drifts to ~1.04 and training destabilises)
-    alpha_k  = smoothstep((k - k0) / (k1 - k0)),  smoothstep(z) = 3 z^2 - 2 z^3 on z clipped to [0, 1],
+    d[i, t]  = delta[i, t]                               (sign_aware: max(delta[i, t], 0))
+    d[i, t]  = (d[i, t] - mean_t d[i, :]) / sd_t d[i, :]  (standardize=True, the default: population sd
+                                                           over the response; sd 0 gives d = 0)
+    z[i, t]  = clip(d[i, t], -c, c) / tau                 (c in nats, or in sds when standardised)
+    w[i, t]  = clip(s_i * exp(z[i, t]), w_min, w_max)     (normalize=True: s_i > 0 the one scale at which
+                                                           mean_t w[i, :] = 1: `project_weights`)
+    w[i, t]  = clip(T_i * softmax_t(z[i, :]), w_min, w_max)   (normalize=False: the paper's ablation; its
+                                                           mean weight drifts, to ~1.04 in the paper)
+    alpha_k  = smoothstep((k - k0) / (k1 - k0)),  smoothstep(x) = 3 x^2 - 2 x^3 on x clipped to [0, 1],
                k = batch.step, k0 = ramp_start * K, k1 = ramp_end * K, K = batch.total_steps
     A[i, t]  = A_i * (1 + alpha_k * (w[i, t] - 1))       A_i = the GRPO advantage (`creditgym.credit.grpo`)
 
-Properties: w > 0, so every token keeps the sign of A_i; with ``normalize`` the weights have mean 1 per response,
-so ``sum_t A[i, t] = T_i * A_i`` (the GRPO total is kept); with alpha = 0 the result is GRPO exactly. The ramp is
-the same thing as mixing the weights with uniform ones. Multi-turn rows: the weights are normalised over all the
-policy tokens of the row (the response), turns included.
+When no bound binds, ``w = T_i * softmax(z)`` (the reference's formalisation); when one does, ``w`` is the
+exact clip-and-rescale onto {mean 1, every weight in [w_min, w_max]}: the unclipped weights keep their ratios
+``exp(z_t - z_t')``. Before issue 13 the clipped softmax was renormalised once, which let weights out of the
+bounds (measured up to 5.8 with w_max = 4, and down to 0.22 with w_min = 0.25, on the hard rubric).
 
-Non-finite contrasts (e.g. a ``-inf`` counterfactual log-prob): such tokens are left out of the softmax and the
-normalisation, get the neutral weight 1 (their advantage is ``A_i``), and are counted in
-``credit/cort/nonfinite_signal_tokens``.
+Properties: w > 0, so every token keeps the sign of A_i; with ``normalize`` the weights lie in ``[w_min,
+w_max]`` and have mean 1 per response, so ``sum_t A[i, t] = T_i * A_i`` (the GRPO total is kept); with alpha =
+0 the result is GRPO exactly. The ramp is the same thing as mixing the weights with uniform ones. Multi-turn
+rows: the weights are normalised over all the policy tokens of the row (the response), turns included.
 
-Alternatives (not implemented, name them when comparing): a temperature-free rank map; re-projecting onto
-``[w_min, w_max]`` with mean exactly 1 (a scalar bisection) instead of one clip-then-renormalise, which can leave
-a weight slightly above ``w_max`` (at most ``w_max / mean(w~)``); per-criterion replays (the paper removes the
-criteria jointly); zeroing negative contrasts only in the ramp.
+Calibration (``examples/results/probe/hard-cort-calibration``: the hard rubric's probe batch, bundled model,
+32 responses, 2961 policy tokens). The raw contrast is large: mean 2.54 nats, sd 3.10 (2.96 within a
+response), max 14.0. With the raw delta and tau = 1 the softmax is near one-hot: the 5th, 50th and 95th
+percentiles of the weights are 0.25, 0.25 and 3.40 (0.22, 0.23, 3.47 before issue 13), 9% of them lie in [0.5,
+2]. Standardised, tau = 2.25 spreads them over [0.60, 2.32] (5th to 95th percentile), 91% in [0.5, 2], hence
+the default; tau = 2 gives [0.55, 2.53], tau = 2.5 [0.63, 2.16]. With ``standardize=False`` the same tau acts
+on nats, so the raw map needs a tau of about 4 for a similar spread ([0.50, 1.92]).
+
+Where the weight goes: 19.1% of those tokens lie inside the verdict's spans (``criterion_spans``: the rubric
+checks' evidence), but they get less than their share of the weight under every map measured: 13.7% before
+issue 13, 16.4% with the defaults. On the bundled model the rubric raises the log-prob of restated instruction
+words and glue tokens more than that of the tokens the criteria check (mean delta 1.59 nats inside the spans,
+2.76 outside; the top-20 delta tokens are word pieces like " ma", " M", " better", " and"). Standardising only
+flattens the weights towards uniform; it does not steer them onto the criterion tokens.
+
+Probe (README, "CoRT's weights, measured"; ``examples/results/probe/hard-cort-after``): against the old map the
+defaults raise the pooled Pearson with A* by +0.028 [+0.007, +0.052] and the decisive-token share by +0.012
+[+0.002, +0.021], but GRPO's uniform weights score at least as well and no map's within-response Spearman
+differs from 0: on this model the weights carry no token-level credit the probe can see.
+
+Non-finite contrasts (e.g. a ``-inf`` counterfactual log-prob): such tokens are left out of the
+standardisation, the projection and the normalisation, get the neutral weight 1 (their advantage is ``A_i``),
+and are counted in ``credit/cort/nonfinite_signal_tokens``.
+
+Alternatives (not implemented, name them when comparing): a temperature-free rank map; a robust (median / MAD)
+standardisation; per-criterion replays (the paper removes the criteria jointly); zeroing negative contrasts
+only in the ramp; the Euclidean projection (a shift of the weights instead of a scale, which ties every
+clipped-low token at one value).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
-from creditgym.credit.grpo import GRPOConfig, group_metrics, group_stats, outcome_rewards
+from creditgym.credit.base import CreditBatch, CreditOutput, declare_signal, register, require
+from creditgym.credit.grpo import GRPOConfig, group_metrics, grpo_advantage
 
-__all__ = ["CoRTConfig", "cort", "cort_ramp", "cort_weights"]
+__all__ = [
+    "CoRTConfig",
+    "cort",
+    "cort_logits",
+    "cort_ramp",
+    "cort_weights",
+    "project_weights",
+    "span_metrics",
+]
+
+declare_signal(
+    "criterion_spans",
+    "(B, T) 1.0 on the policy tokens whose characters overlap a span the episode's verdict rests on "
+    "(Verdict.spans: a rubric criterion's evidence, a math answer), else 0; diagnostics only",
+)
+
+_SD_FLOOR = 1e-6  # a response whose contrasts are all equal standardises to 0 (uniform weights)
+_BISECTIONS = 200  # halvings of the level bracket at most (float64 resolution is reached well before)
+_M_TOL = 1e-13  # relative width of the level bracket at which the bisection stops
 
 
 @dataclass(frozen=True)
 class CoRTConfig:
-    """Config of `cort` (defaults: credit_methods.md section 1, marked [ours] there).
+    """Config of `cort` (defaults: ours where arXiv 2607.25659 gives none, see the module docstring).
 
     Attributes:
         grpo: how the response advantage ``A_i`` is computed (see `GRPOConfig`).
-        delta_clip: ``c > 0``, the contrast is clipped to ``[-c, c]`` before the softmax.
-        tau: softmax temperature, ``> 0``.
+        delta_clip: ``c > 0``, the contrast (nats; standardised: sds) is clipped to ``[-c, c]``.
+        tau: softmax temperature, ``> 0``; the default 2.25 spreads the standardised weights over about
+            [0.5, 2] on the hard rubric (module docstring, Calibration).
         w_min: lower weight bound, in ``(0, 1]``.
         w_max: upper weight bound, ``>= 1``.
         ramp_start: ``k0 / K``, the fraction of training at which the weights start to switch on, in [0, 1].
         ramp_end: ``k1 / K``, the fraction at which they are fully on, in ``[ramp_start, 1]`` (equal: a step).
-        normalize: renormalise the clipped weights to mean 1 per response (False: the "CoRT without per-response
-            normalisation" ablation).
+        normalize: project the weights onto mean 1 per response within the bounds (False: the "CoRT without
+            per-response normalisation" ablation).
         sign_aware: use ``max(delta, 0)`` (only reward rubric dependence; an ablation).
+        standardize: standardise the contrast within each response (mean 0, sd 1) before ``clip`` and ``tau``
+            (False: the raw contrast in nats, as before issue 13).
     """
 
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     delta_clip: float = 5.0
-    tau: float = 1.0
+    tau: float = 2.25
     w_min: float = 0.25
     w_max: float = 4.0
     ramp_start: float = 0.05
     ramp_end: float = 0.3
     normalize: bool = True
     sign_aware: bool = False
+    standardize: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.grpo, GRPOConfig):
             raise TypeError(f"CoRTConfig.grpo: expected a GRPOConfig, got {type(self.grpo).__name__}")
-        for name in ("normalize", "sign_aware"):
+        for name in ("normalize", "sign_aware", "standardize"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"CoRTConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         for name in ("delta_clip", "tau", "w_min", "w_max", "ramp_start", "ramp_end"):
@@ -108,6 +160,65 @@ def cort_ramp(step: int, total_steps: int, cfg: CoRTConfig) -> float:
     return 3 * z**2 - 2 * z**3
 
 
+def cort_logits(delta: Tensor, valid: Tensor, cfg: CoRTConfig) -> Tensor:
+    """``z = s / tau``, the per-token logits of the weight map (module docstring), float64, 0 off ``valid``.
+
+    Args:
+        delta: (B, T) float, ``old_logprobs - counterfactual_logprobs``; read only where ``valid``.
+        valid: (B, T) bool, policy tokens with a finite contrast.
+        cfg: see `CoRTConfig`.
+    """
+    d = torch.where(valid, delta.double(), 0.0)  # (B, T)
+    if cfg.sign_aware:
+        d = d.clamp(min=0.0)
+    if cfg.standardize:
+        n = valid.sum(-1, keepdim=True).clamp(min=1)  # (B, 1) T_i
+        mu = d.sum(-1, keepdim=True) / n
+        sd = (torch.where(valid, d - mu, 0.0).square().sum(-1, keepdim=True) / n).sqrt()
+        d = torch.where(valid, (d - mu) / sd.clamp(min=_SD_FLOOR), 0.0)  # sd 0 (a constant row): all 0
+    return torch.where(valid, d.clamp(-cfg.delta_clip, cfg.delta_clip) / cfg.tau, 0.0)
+
+
+def project_weights(z: Tensor, valid: Tensor, w_min: float, w_max: float) -> Tensor:
+    """``w = clip(exp(z - m), w_min, w_max)`` with, per row, the level ``m`` at which ``mean w = 1`` (float64).
+
+    The exact clip-and-rescale onto {mean 1, every weight in [w_min, w_max]}: the one scale ``s = exp(-m)`` at
+    which ``clip(s * exp(z))`` has mean 1, so the weights the bounds leave free keep their ratios. (Repeating
+    clip-then-renormalise converges to another point of that set, one that lifts every clipped-low weight
+    together and so forgets their order.) Found by bisection on ``m``: the row mean of ``clip(exp(z - m))`` is
+    continuous and non-increasing in ``m``, ``w_max`` at ``m = min z - log w_max`` and ``w_min`` at ``m = max z
+    - log w_min``, so for finite ``z`` and ``w_min <= 1 <= w_max`` a root exists and the weights at it are
+    unique. Every weight lies in ``[w_min, w_max]`` exactly; the row mean is 1 to ~1e-12.
+
+    Args:
+        z: (B, T) finite logits, read where ``valid``.
+        valid: (B, T) bool.
+        w_min, w_max: the bounds, ``0 < w_min <= 1 <= w_max``.
+
+    Returns:
+        (B, T) float64: the weights on ``valid`` (mean 1 per row with any valid token), 1 elsewhere.
+    """
+    z = torch.where(valid, z.double(), 0.0)  # (B, T)
+    n = valid.sum(-1, keepdim=True).clamp(min=1)  # (B, 1)
+    lo_w, hi_w = math.log(w_min), math.log(w_max)
+    lo = torch.where(valid, z, torch.inf).amin(-1, keepdim=True) - hi_w  # (B, 1) mean(lo) = w_max >= 1
+    hi = torch.where(valid, z, -torch.inf).amax(-1, keepdim=True) - lo_w  # (B, 1) mean(hi) = w_min <= 1
+    empty = ~valid.any(-1, keepdim=True)
+    lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
+
+    def row_mean(m: Tensor) -> Tensor:
+        return torch.where(valid, (z - m).clamp(lo_w, hi_w).exp(), 0.0).sum(-1, keepdim=True) / n
+
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        above = row_mean(mid) >= 1  # the root lies right of mid
+        lo, hi = torch.where(above, mid, lo), torch.where(above, hi, mid)
+        if bool(((hi - lo) <= _M_TOL * (1 + hi.abs())).all()):
+            break
+    w = (z - (lo + hi) / 2).clamp(lo_w, hi_w).exp().clamp(w_min, w_max)  # exp(log w_max) may round above it
+    return torch.where(valid, w, 1.0)
+
+
 def cort_weights(delta: Tensor, valid: Tensor, cfg: CoRTConfig) -> Tensor:
     """Per-response token weights from the contrasts (formula in the module docstring).
 
@@ -117,23 +228,38 @@ def cort_weights(delta: Tensor, valid: Tensor, cfg: CoRTConfig) -> Tensor:
         cfg: see `CoRTConfig`.
 
     Returns:
-        w: (B, T), the weights on ``valid`` (mean 1 per row when ``cfg.normalize``; within
-        ``[w_min, w_max]`` when not), exactly 1 elsewhere.
+        w: (B, T) in ``delta``'s dtype: on ``valid``, within ``[w_min, w_max]`` (and mean 1 per row when
+        ``cfg.normalize``); exactly 1 elsewhere.
     """
-    d = torch.where(valid, delta, 0.0)  # (B, T)
-    s = d.clamp(0.0, cfg.delta_clip) if cfg.sign_aware else d.clamp(-cfg.delta_clip, cfg.delta_clip)
-    logits = torch.where(valid, s / cfg.tau, -torch.inf)  # (B, T)
-    n = valid.sum(-1, keepdim=True)  # (B, 1) T_i
-    peak = logits.amax(-1, keepdim=True).clamp(min=-cfg.delta_clip / cfg.tau)  # finite even for empty rows
-    e = torch.where(valid, (logits - peak).exp(), 0.0)
-    u = n * e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)  # (B, T), mean 1 per row
-    w = torch.where(valid, u.clamp(cfg.w_min, cfg.w_max), 0.0)
+    z = cort_logits(delta, valid, cfg)  # (B, T) float64
     if cfg.normalize:
-        w = w * (n / w.sum(-1, keepdim=True).clamp(min=torch.finfo(w.dtype).tiny))
-    return torch.where(valid, w, 1.0)
+        w = project_weights(z, valid, cfg.w_min, cfg.w_max)
+    else:  # the ablation: u = T_i * softmax(z), clipped, not renormalised
+        n = valid.sum(-1, keepdim=True).clamp(min=1)
+        level = torch.where(valid, z, -torch.inf).logsumexp(-1, keepdim=True) - n.log()  # (B, 1)
+        level = torch.where(valid.any(-1, keepdim=True), level, 0.0)
+        w = (z - level).clamp(math.log(cfg.w_min), math.log(cfg.w_max)).exp().clamp(cfg.w_min, cfg.w_max)
+    return torch.where(valid, w, 1.0).to(delta.dtype)
 
 
-@register("cort", config=CoRTConfig, signals=("counterfactual_logprobs",))
+def span_metrics(w: Tensor, valid: Tensor, spans: Tensor) -> dict[str, float]:
+    """Where the weight mass goes: ``span_mass`` = the share of the weights' sum on tokens inside the verdict's
+    spans, ``span_tokens`` = those tokens' share of the weighted tokens (uniform weights: equal), pooled over the
+    batch (with mean-1 weights per response, ``span_mass > span_tokens`` means the spans get more than their
+    share).
+
+    Args:
+        w: (B, T) weights; valid: (B, T) bool, the weighted tokens; spans: (B, T) float, > 0 inside a span.
+    """
+    inside = valid & (spans > 0)
+    total, n = float(w[valid].sum()), int(valid.sum())
+    return {
+        "credit/cort/span_mass": float(w[inside].sum()) / total if total > 0 else 0.0,
+        "credit/cort/span_tokens": int(inside.sum()) / n if n else 0.0,
+    }
+
+
+@register("cort", config=CoRTConfig, signals=("counterfactual_logprobs", "criterion_spans"))
 @torch.no_grad()
 def cort(batch: CreditBatch, cfg: CoRTConfig) -> CreditOutput:
     """CoRT token advantages: the GRPO advantage redistributed by counterfactual-replay weights.
@@ -141,22 +267,24 @@ def cort(batch: CreditBatch, cfg: CoRTConfig) -> CreditOutput:
     Args:
         batch: token_rewards, policy_mask, group_ids, old_logprobs (``l+``, the rubric prompt), step and
             total_steps are read, and the signal ``counterfactual_logprobs`` (B, T): log-probs of the sampled
-            tokens teacher-forced under the matched criteria-free prompt by the behaviour policy, no grad.
+            tokens teacher-forced under the matched criteria-free prompt by the behaviour policy, no grad. The
+            signal ``criterion_spans`` (B, T), > 0 on tokens inside the verdict's spans, feeds only the
+            ``span_mass`` / ``span_tokens`` metrics, never the advantages (a caller without spans, e.g. through
+            an adapter, passes zeros: the span metrics then read 0).
         cfg: see `CoRTConfig`.
 
     Returns:
-        advantages (B, T), 0 off the policy mask; no returns; metrics ``credit/cort/*`` (GRPO's group metrics,
-        ``alpha``, ``weight_min/max/mean`` over the weighted tokens, ``delta_mean``, ``nonfinite_signal_tokens``).
+        advantages (B, T), 0 off the policy mask; no returns; metrics ``credit/cort/*``: GRPO's group metrics,
+        ``alpha``; over the weighted tokens ``weight_min/max/mean`` and the quantiles ``weight_q05/q95``;
+        ``top_share`` (the mean over responses of the largest weight's share of the response's weight sum);
+        ``delta_mean`` / ``delta_sd`` (raw contrasts, nats); ``nonfinite_signal_tokens``; ``span_mass`` and
+        ``span_tokens`` (`span_metrics`).
     """
     counterfactual = require(batch, "counterfactual_logprobs", module="credit module 'cort'")
+    spans = require(batch, "criterion_spans", module="credit module 'cort'")
     mask = batch.policy_mask
-    r, is_sample = outcome_rewards(batch)  # (B,), (B,)
+    A, r, is_sample, g = grpo_advantage(batch, cfg.grpo)  # (B,) each
     dtype = r.dtype
-    g = group_stats(r, batch.group_ids, is_sample, unbiased=cfg.grpo.unbiased_std)
-    A = r - g.mean  # (B,)
-    if cfg.grpo.norm_by_std:
-        A = A / (g.std + cfg.grpo.eps)
-    A = torch.where(is_sample & (g.n >= 2) & ~g.all_equal, A, 0.0)
 
     delta = batch.old_logprobs.to(dtype) - counterfactual.to(dtype)  # (B, T)
     finite = torch.isfinite(delta)
@@ -165,14 +293,21 @@ def cort(batch: CreditBatch, cfg: CoRTConfig) -> CreditOutput:
     alpha = cort_ramp(batch.step, batch.total_steps, cfg)
     advantages = torch.where(mask, A[:, None] * (1 + alpha * (w - 1)), 0.0)  # (B, T)
 
-    wv = w[valid]
+    wv, rows = w[valid].double(), valid.any(-1)
+    w_row = torch.where(valid, w, 0.0)[rows]  # (B', T) responses with a weighted token
+    q05, q95 = wv.quantile(torch.tensor([0.05, 0.95], dtype=wv.dtype)).tolist() if wv.numel() else [1.0, 1.0]
     metrics = {
         **group_metrics("cort", r, g, is_sample, advantages, mask),
         "credit/cort/alpha": float(alpha),
         "credit/cort/weight_min": wv.min().item() if wv.numel() else 1.0,
         "credit/cort/weight_max": wv.max().item() if wv.numel() else 1.0,
         "credit/cort/weight_mean": wv.mean().item() if wv.numel() else 1.0,
+        "credit/cort/weight_q05": q05,
+        "credit/cort/weight_q95": q95,
+        "credit/cort/top_share": (w_row.amax(-1) / w_row.sum(-1)).mean().item() if wv.numel() else 0.0,
         "credit/cort/delta_mean": delta[valid].mean().item() if wv.numel() else 0.0,
+        "credit/cort/delta_sd": delta[valid].double().std(correction=0).item() if wv.numel() else 0.0,
         "credit/cort/nonfinite_signal_tokens": float((mask & ~finite).sum()),
+        **span_metrics(w, valid, spans),
     }
     return CreditOutput(advantages, metrics=metrics)

@@ -22,7 +22,15 @@ from torch import Tensor
 
 from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register
 
-__all__ = ["GRPOConfig", "GroupStats", "group_metrics", "group_stats", "grpo", "outcome_rewards"]
+__all__ = [
+    "GRPOConfig",
+    "GroupStats",
+    "group_metrics",
+    "group_stats",
+    "grpo",
+    "grpo_advantage",
+    "outcome_rewards",
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,21 @@ def group_stats(r: Tensor, group_ids: Tensor, is_sample: Tensor, *, unbiased: bo
     return GroupStats(n[inverse], total[inverse], mean[inverse], std[inverse], (hi == lo)[inverse])
 
 
+def grpo_advantage(batch: CreditBatch, cfg: GRPOConfig) -> tuple[Tensor, Tensor, Tensor, GroupStats]:
+    """The per-row GRPO advantage ``A_i`` (module docstring), also the base of `cort` and `cast`.
+
+    Returns:
+        A: (B,) advantage, 0 for a padding row, a singleton group or a group whose rewards are all equal;
+        r: (B,) outcome rewards; is_sample: (B,) bool; the rows' `GroupStats`.
+    """
+    r, is_sample = outcome_rewards(batch)  # (B,), (B,)
+    g = group_stats(r, batch.group_ids, is_sample, unbiased=cfg.unbiased_std)
+    A = r - g.mean  # (B,)
+    if cfg.norm_by_std:
+        A = A / (g.std + cfg.eps)
+    return torch.where(is_sample & (g.n >= 2) & ~g.all_equal, A, 0.0), r, is_sample, g
+
+
 @register("grpo", config=GRPOConfig)
 @torch.no_grad()
 def grpo(batch: CreditBatch, cfg: GRPOConfig) -> CreditOutput:
@@ -107,12 +130,7 @@ def grpo(batch: CreditBatch, cfg: GRPOConfig) -> CreditOutput:
     Returns:
         advantages (B, T), 0 off the policy mask; no returns; metrics ``credit/grpo/*``.
     """
-    r, is_sample = outcome_rewards(batch)  # (B,), (B,)
-    g = group_stats(r, batch.group_ids, is_sample, unbiased=cfg.unbiased_std)
-    A = r - g.mean  # (B,)
-    if cfg.norm_by_std:
-        A = A / (g.std + cfg.eps)
-    A = torch.where(is_sample & (g.n >= 2) & ~g.all_equal, A, 0.0)
+    A, r, is_sample, g = grpo_advantage(batch, cfg)  # (B,) each
     advantages = torch.where(batch.policy_mask, A[:, None], 0.0)  # (B, T)
     return CreditOutput(
         advantages, metrics=group_metrics("grpo", r, g, is_sample, advantages, batch.policy_mask)

@@ -31,6 +31,9 @@ Signals other than ``values`` do not exist in SB3. Pass a provider per signal
 (``signal_providers={"attention_stats": fn}``, ``fn(buffer) -> (n_steps, n_envs[, K])`` array). For ``compo``
 without a provider, use ``credit_config={"gate": "position"}``: the gate then ignores ``attention_stats``, which
 the adapter fills with zeros; the ``attention`` and ``shuffled`` gates need a provider (an error says so).
+``vine`` cannot run here: the buffer takes critic modules only (PPO fits its value head on their returns), and
+its ``mc_values`` signal (the mean reward of continuations sampled from each prefix) would need envs that fork
+mid-episode and a policy that samples continuations, which an SB3 rollout buffer does not have.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ subclass lets it run, then replaces ``output["advantages"]`` by the module's per
 * signals (``values``, ``teacher_logprobs``, ...): override `CreditGRPOTrainer.credit_signals`, which gets this
   process's ``output`` and returns name -> (B_local, T) tensors. None are computed by default, so out of the
   box only modules without signals run (``grpo``, ``rloo``); a module with a critic also needs the critic
-  trained elsewhere (TRL's GRPO has none).
+  trained elsewhere (TRL's GRPO has none). ``vine`` needs ``mc_values``, Monte-Carlo values from continuations
+  sampled at each step boundary by forking the episode's env: TRL generates from a dataset with no env to fork,
+  so the adapter cannot compute it (a ``credit_signals`` override that samples continuations itself could).
 
 The logged ``advantages`` in TRL's completion table remain TRL's scalar ones (computed before the swap).
 """

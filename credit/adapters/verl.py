@@ -32,6 +32,11 @@ Caveat (verl): its dispatcher passes only ``token_level_rewards, response_mask, 
 (``cort``, ``cast``, ``compo``) need their inputs added as keywords by a trainer subclass (verl's v1
 ``_compute_advantage``: add the fields to ``select_fields`` and pass them); without them the module raises a
 `ValueError` naming the missing signal.
+
+``vine`` cannot be computed here: its ``mc_values`` signal is the mean reward of continuations sampled from each
+step boundary's prefix, which needs the episode's env to fork and the policy to sample (creditgym's provider,
+``creditgym.agents.mc``); an advantage estimator has neither. A verl rollout worker that samples those
+continuations itself may pass ``mc_values`` (B, T, 2) as a keyword; otherwise ``vine`` raises naming the signal.
 """
 
 from __future__ import annotations

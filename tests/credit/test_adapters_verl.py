@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -40,14 +41,25 @@ def verl_inputs(seed: int = 0) -> dict[str, Any]:
         "old_log_probs": rand(-3.0, 0.0),
         "teacher_logprobs": rand(-3.0, 0.0),
         "counterfactual_logprobs": rand(-3.0, 0.0),
+        "criterion_spans": (rand(0.0, 1.0) > 0.7).float(),
         "attention_stats": rand(0.0, 1.0),
+        "mc_values": torch.stack([rand(0.0, 1.0), rand(0.0, 1.0)], -1),  # what a rollout worker would sample
     }
 
 
 def direct(name: str, x: dict[str, Any], cfg: object | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The module called on a hand-built CreditBatch (groups numbered by first appearance)."""
     module = get(name)
-    signals = {k: x[k] for k in ("teacher_logprobs", "counterfactual_logprobs", "attention_stats")}
+    signals = {
+        k: x[k]
+        for k in (
+            "teacher_logprobs",
+            "counterfactual_logprobs",
+            "criterion_spans",
+            "attention_stats",
+            "mc_values",
+        )
+    }
     batch = CreditBatch(
         x["token_level_rewards"],
         x["response_mask"].bool(),
@@ -109,15 +121,26 @@ def test_verl_config_mapping() -> None:
         make_verl_estimator("gae", GRPOConfig())
 
 
-def test_register_with_verl() -> None:
-    """Registers for real where verl is installed (its own environment: verl pins transformers<5.11, so it is not
-    in the dev extra); elsewhere the call must fail with an install hint, not half-register."""
+def _verl_or_skip() -> Any:
+    """verl's ``core_algos``. verl pins transformers<5.11, so it lives in its own environment (``make test-verl``,
+    run by ``make test``, builds ``.venv-verl``); where it is absent the test is skipped, saying so, and under
+    ``CREDITGYM_REQUIRE_VERL=1`` (set by ``make test-verl``) it fails instead."""
     try:
         from verl.trainer.ppo import core_algos
-    except ImportError:
-        with pytest.raises(ImportError, match="verl"):
-            register_with_verl()
-        return
+    except ImportError as e:
+        if os.environ.get("CREDITGYM_REQUIRE_VERL") == "1":
+            pytest.fail(f"CREDITGYM_REQUIRE_VERL=1 but verl does not import: {e}", pytrace=False)
+        pytest.skip(
+            f"verl is not installed in this environment ({e}); it has its own (verl pins transformers<5.11): "
+            "run `make test-verl`"
+        )
+    return core_algos
+
+
+def test_register_with_verl() -> None:
+    """Registers every module in verl's own registry; credit_grpo, credit_rloo and credit_gae equal verl's GRPO,
+    RLOO and GAE."""
+    core_algos = _verl_or_skip()
     from verl.trainer.config.algorithm import AlgoConfig
 
     fns = register_with_verl()
@@ -132,6 +155,11 @@ def test_register_with_verl() -> None:
     algo = AlgoConfig(gamma=0.95, lam=0.9)
     adv, _ = core_algos.get_adv_estimator_fn("credit_grpo")(**x, config=algo)
     ref, _ = core_algos.compute_grpo_outcome_advantage(
+        x["token_level_rewards"], x["response_mask"], x["index"], config=algo
+    )
+    torch.testing.assert_close(adv, ref)
+    adv, _ = core_algos.get_adv_estimator_fn("credit_rloo")(**x, config=algo)
+    ref, _ = core_algos.compute_rloo_outcome_advantage(
         x["token_level_rewards"], x["response_mask"], x["index"], config=algo
     )
     torch.testing.assert_close(adv, ref)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from creditgym import credit
-from creditgym.credit import base
 from creditgym.credit.base import CreditBatch, CreditOutput, register, require
 
 
@@ -24,15 +22,6 @@ def tiny_batch(**overrides: object) -> CreditBatch:
     }
     fields.update(overrides)
     return CreditBatch(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def scratch_registry() -> Iterator[None]:
-    """Lets a test register throwaway modules; the registry is restored afterwards."""
-    saved = dict(base._REGISTRY)
-    yield
-    base._REGISTRY.clear()
-    base._REGISTRY.update(saved)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -69,7 +70,8 @@ def test_registered_with_its_signal() -> None:
         0.5,
         1.2,
     )
-    assert cfg.teacher_refresh_every >= 1 and cfg.teacher_ema is None
+    assert cfg.teacher == "context" and cfg.teacher_context == "check" and cfg.delta == 1.0
+    assert cfg.teacher_refresh_every >= 1 and 0 < cfg.teacher_ema < 1
 
 
 def test_base_advantage_zero_variance_groups() -> None:
@@ -120,7 +122,7 @@ def test_no_flip_keeps_the_base_sign() -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_flipped_tokens_have_the_documented_sign(seed: int) -> None:
     batch = random_batch(seed)
-    cfg = CASTConfig()
+    cfg = CASTConfig(delta=None)  # the quantile threshold
     out = cast(batch, cfg)
     B, *_ = cast_base_advantage(batch, cfg)
     g = batch.signals["teacher_logprobs"] - batch.old_logprobs
@@ -184,3 +186,74 @@ def test_nonfinite_teacher_is_neutral_and_counted() -> None:
 def test_config_validation(kwargs: dict[str, object]) -> None:
     with pytest.raises((ValueError, TypeError)):
         CASTConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_flip_marks_on_the_hand_batch() -> None:
+    out = cast(HAND, CASTConfig(delta=0.1))
+    expected = torch.tensor(
+        [[0, 0, -1], [1, 0, 0], [0, -1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.float32
+    )
+    torch.testing.assert_close(out.token_marks["flip"][:, 1:], expected)
+    assert (out.token_marks["flip"][:, 0] == 0).all()
+    flipped = out.token_marks["flip"] != 0
+    # every flipped token's advantage has the mark's sign
+    assert (torch.sign(out.advantages[flipped]) == out.token_marks["flip"][flipped]).all()
+    assert not cast(HAND, CASTConfig(delta=0.1, flip=False)).token_marks["flip"].any()
+
+
+def test_flipped_token_sign_share_on_a_hand_made_batch() -> None:
+    """The probe's CAST figure: of the flipped tokens with A* != 0, the share whose A* has the flip's sign."""
+    from creditgym.agents.probe_report import mark_figures
+
+    marks = [np.array([0, 0, -1.0]), np.array([1.0, 0, 0]), np.zeros(3)]
+    astar = [np.array([0.2, -0.1, -0.3]), np.array([-0.5, 0.0, 0.1]), np.full(3, 0.3)]
+    f = mark_figures(marks, astar, n_boot=200, seed=0)
+    assert f["share"]["value"] == pytest.approx(1 / 2)  # row 0 agrees (-, -), row 1 does not (+, -)
+    assert f["chance"]["value"] == pytest.approx(
+        3 / 5
+    )  # row 0: 2 of 3 tokens negative; row 1: 1 of 2 positive
+    assert f["marked"] == 2 and f["marked_frac"] == pytest.approx(2 / 9)
+    lo, hi = f["share"]["ci"]
+    assert 0.0 <= lo <= 0.5 <= hi <= 1.0
+    assert mark_figures([np.zeros(2)], [np.ones(2)], n_boot=10)["share"]["value"] is None
+
+
+def test_clip_metrics_split_by_the_base_sign() -> None:
+    # a {1, 0, 0, 0, 0, 0, 0, 0} group: B = +2.47 on the correct row, -0.35 on the wrong ones
+    rewards = [1.0] + [0.0] * 7
+    batch = make_batch(rewards, [0] * 8, [[0.0, 0.0]] * 8)
+    out = cast(batch, CASTConfig(delta=1.0))
+    top = 7 / 8 / (math.sqrt(1 / 8 * 7 / 8 * 8 / 7) + 1e-6)
+    assert out.advantages[0, 1] == pytest.approx(1.2)
+    assert out.metrics["credit/cast/clip_frac_pos"] == 1.0 and out.metrics["credit/cast/clip_frac_neg"] == 0.0
+    mass = 2 * top + 14 * top / 7
+    assert out.metrics["credit/cast/clip_mass_frac"] == pytest.approx(2 * (top - 1.2) / mass, rel=1e-5)
+
+
+def test_the_probe_report_lists_the_flip_figure() -> None:
+    from creditgym.agents.probe_report import mark_figures, probe_markdown
+
+    fig = {"value": 0.1, "ci": [0.0, 0.2]}
+    flip = mark_figures([np.array([0, 0, -1.0])], [np.array([0.2, -0.1, -0.3])], n_boot=10)
+    result = {
+        "config": {
+            "env_id": "creditgym/Math-v0",
+            "env_kwargs": {},
+            "model": "creditgym/tiny",
+            "checkpoint_step": None,
+            "temperature": 1.0,
+            "prompts": 1,
+            "group": 1,
+            "k": 2,
+            "every": 2,
+        },
+        "batch": {"responses": 1, "reward_mean": 1.0, "v0_mean": 0.5, "probed_prefixes": 2, "rollouts": 4},
+        "timing": {"rollouts_per_s": 1.0, "total_s": 1.0},
+        "ceiling": {"spearman": fig, "pearson": fig},
+        "modules": {"cast": dict.fromkeys(("spearman", "pearson", "decisive_share", "sign_agreement"), fig)},
+        "marks": {"cast": {"flip": flip}},
+    }
+    md = probe_markdown(result)
+    assert "| `cast` `flip` | 1 | 0.333 | 1.000 [1.000, 1.000] | 0.667 [0.667, 0.667] |" in md
+    del result["marks"]
+    assert "flip" not in probe_markdown(result)

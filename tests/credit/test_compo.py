@@ -9,10 +9,11 @@ import torch
 
 from creditgym import credit
 from creditgym.credit import CompPOConfig, CreditBatch
-from creditgym.credit.compo import attention_concentration, comp_gae_advantages, compo, compo_gate
+from creditgym.credit.compo import comp_gae_advantages, compo, compo_gate
 from creditgym.credit.gae import gae_advantages
 
-RAW = CompPOConfig(whiten=False)
+#: the gate of the hand cases below (the defaults before the measured ones, arXiv 2608.21501 gives none)
+RAW = CompPOConfig(eta_min=0.9, eta_max=1.0, a=1.0, b=0.0, whiten=False)
 
 
 def sigmoid(x: float) -> float:
@@ -42,14 +43,9 @@ def random_batch(seed: int, *, step: int = 0) -> CreditBatch:
     )
 
 
-def test_registered_with_its_signals() -> None:
-    module = credit.get("compo")
-    assert module.signals == ("attention_stats", "values") and module.critic
-    assert CompPOConfig().layers == (-2, -1)
-
-
-def test_hand_case() -> None:
-    batch = CreditBatch(
+def hand_batch() -> CreditBatch:
+    """One row: a prompt token, then three policy tokens with kappa 0.2, 0.5, 0.8 (z = -1, 0, 1) and reward 1."""
+    return CreditBatch(
         torch.tensor([[0.0, 0.0, 0.0, 1.0]]),
         torch.tensor([[False, True, True, True]]),
         torch.tensor([0]),
@@ -57,6 +53,18 @@ def test_hand_case() -> None:
         values=torch.tensor([[9.0, 0.5, 0.6, 0.7]]),
         signals={"attention_stats": torch.tensor([[0.9, 0.2, 0.5, 0.8]])},
     )
+
+
+def test_registered_with_its_signals() -> None:
+    module = credit.get("compo")
+    assert module.signals == ("attention_stats", "values") and module.critic
+    assert CompPOConfig().layers == (-2, -1) and CompPOConfig().critic == "tac"
+    # the critic is chosen through the values provider's parameters; TAC's kappa reads the gate's layers
+    assert module.signal_params == {"attention_stats": ("layers",), "values": ("critic", "layers")}
+
+
+def test_hand_case() -> None:
+    batch = hand_batch()
     out = compo(batch, RAW)
     # z = [-1, 0, 1] (mean 0.5, unbiased std 0.3); eta = 0.9 + 0.1 sigmoid(z); delta = [0.1, 0.1, 0.3]
     eta1, eta2 = 0.95, 0.9 + 0.1 * sigmoid(1.0)
@@ -67,6 +75,24 @@ def test_hand_case() -> None:
     assert out.returns is not None
     torch.testing.assert_close(out.returns, torch.tensor([[0.0, a0 + 0.5, a1 + 0.6, 1.0]]))
     assert out.metrics["credit/compo/eta_min"] == pytest.approx(0.9 + 0.1 * sigmoid(-1.0))
+
+
+def test_the_gates_spread_is_logged() -> None:
+    """eta_mean / eta_sd / eta_min / eta_max over the batch's policy tokens (the gate-matched GAE control reads
+    eta_mean), by hand on the hand case's three tokens."""
+    batch = hand_batch()
+    cfg = CompPOConfig(eta_min=0.5, eta_max=1.0, a=2.0, b=1.0)
+    eta = [0.5 + 0.5 * sigmoid(2.0 * z + 1.0) for z in (-1.0, 0.0, 1.0)]  # z = [-1, 0, 1]
+    mean = sum(eta) / 3
+    sd = math.sqrt(sum((e - mean) ** 2 for e in eta) / 3)
+    m = compo(batch, cfg).metrics
+    assert m["credit/compo/eta_mean"] == pytest.approx(mean)
+    assert m["credit/compo/eta_sd"] == pytest.approx(sd)
+    assert (m["credit/compo/eta_min"], m["credit/compo/eta_max"]) == pytest.approx((eta[0], eta[2]))
+    # a constant gate has no spread
+    flat = compo(batch, CompPOConfig(eta_min=0.9, eta_max=0.9)).metrics
+    assert flat["credit/compo/eta_sd"] == pytest.approx(0.0, abs=1e-7)
+    assert flat["credit/compo/eta_mean"] == pytest.approx(0.9)
 
 
 @pytest.mark.parametrize(("gamma", "lam"), [(1.0, 1.0), (1.0, 0.95), (0.99, 0.9), (0.9, 0.0), (0.5, 1.0)])
@@ -132,6 +158,18 @@ def test_position_gate_depends_on_position_only() -> None:
     assert torch.allclose(eta[mask][0], eta[mask][mask[0].sum()])  # the first token of every row alike
 
 
+def test_the_default_gate_spans_its_range() -> None:
+    """With the defaults (chosen from kappa's measured distribution on the chains, module docstring), a z-scored
+    kappa spread like the measured one moves eta over most of [eta_min, eta_max]; the old defaults did not."""
+    z = torch.linspace(-2.0, 2.0, 401).unsqueeze(0)  # about 95% of a z-score
+    mask = torch.ones_like(z, dtype=torch.bool)
+    new = compo_gate(z, mask, 0, CompPOConfig())
+    old = compo_gate(z, mask, 0, RAW)
+    cfg = CompPOConfig()
+    assert float(new.max() - new.min()) > 0.6 * (cfg.eta_max - cfg.eta_min) > float(old.max() - old.min())
+    assert float(new.std()) > 4 * float(old.std())
+
+
 def test_gate_bounds_and_direction() -> None:
     kappa = torch.tensor([[0.1, 0.2, 0.3, 0.9]])
     mask = torch.ones(1, 4, dtype=torch.bool)
@@ -142,10 +180,7 @@ def test_gate_bounds_and_direction() -> None:
     assert (neg[0, 1:] < neg[0, :-1]).all()
 
 
-def test_attention_concentration_and_per_layer_stats() -> None:
-    ent = {-2: torch.tensor([[0.2, 0.4]]), -1: torch.tensor([[0.6, 0.0]])}
-    torch.testing.assert_close(attention_concentration(ent), torch.tensor([[0.6, 0.8]]))
-    torch.testing.assert_close(attention_concentration(list(ent.values())), torch.tensor([[0.6, 0.8]]))
+def test_per_layer_stats_are_averaged() -> None:
     batch = random_batch(1)
     layers = torch.stack([batch.signals["attention_stats"], 1 - batch.signals["attention_stats"] ** 2], -1)
     per_layer = CreditBatch(
@@ -210,6 +245,7 @@ def test_nonfinite_signals_are_masked_and_counted() -> None:
         {"a": float("inf")},
         {"whiten": 0},
         {"seed": -1},
+        {"critic": "model"},
     ],
 )
 def test_config_validation(kwargs: dict[str, object]) -> None:

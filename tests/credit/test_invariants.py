@@ -38,9 +38,13 @@ GROUP_IDS = [
 ]  # two groups of 4, a singleton (row 8), a padding row (row 9) in group 3
 
 
+#: trailing dimensions of signals that are more than (B, T): mc_values holds V at each step's start and end
+EXTRA_DIMS = {"mc_values": (2,)}
+
+
 def _signal(name: str, shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
     """A plausible random value for a declared signal: log-probs negative, statistics and values in (0, 1)."""
-    u = torch.rand(shape, generator=gen, dtype=torch.float64).float()
+    u = torch.rand((*shape, *EXTRA_DIMS.get(name, ())), generator=gen, dtype=torch.float64).float()
     return -(3.0 * u + 0.01) if name.endswith("logprobs") else u.clamp(1e-3, 1 - 1e-3)
 
 

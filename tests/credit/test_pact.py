@@ -10,7 +10,7 @@ import torch
 
 from creditgym import credit
 from creditgym.credit import CreditBatch, CreditOutput, PACTConfig, register
-from creditgym.credit.pact import pact, pact_critic_targets, pact_targets
+from creditgym.credit.pact import pact, pact_critic_targets, pact_targets, rho_metrics
 
 MASK = [[False, True, True, False, False, True, True, False]]  # prompt, turn 1, env tokens, turn 2, padding
 
@@ -40,6 +40,22 @@ def test_registered_with_its_critic_phase() -> None:
     assert module.signals == ("values",) and module.critic
     assert module.critic_signals == ("updated_logprobs",) and module.critic_targets is pact_targets
     assert (PACTConfig().rho_min, PACTConfig().rho_max) == (0.0, 6.0)
+    # the critic's settings parameterise the values provider (agents/critic_model.py)
+    assert module.signal_params["values"] == ("critic", "critic_lr_ratio", "critic_model")
+    assert (PACTConfig().critic, PACTConfig().critic_lr_ratio, PACTConfig().critic_model) == (
+        "model",
+        5.0,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("critic", "mlp"), ("critic_lr_ratio", 0.0), ("critic_lr_ratio", True), ("critic_model", "")],
+)
+def test_critic_settings_are_checked(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"PACTConfig.{field}"):
+        PACTConfig(**{field: value})  # type: ignore[arg-type]
 
 
 def test_hand_case_with_env_tokens() -> None:
@@ -51,6 +67,25 @@ def test_hand_case_with_env_tokens() -> None:
     # C = V(next policy prefix) - V; the last one ends at R
     torch.testing.assert_close(out.token_credit, torch.tensor([[0, 0.1, 0.1, 0, 0, -0.5, 0.8, 0]]))
     assert float(out.token_credit.sum()) == pytest.approx(1.0 - 0.5)
+    # the sparsity figure: mean |V_t - V_{t-1}| between consecutive policy tokens, env tokens skipped
+    assert out.metrics["credit/pact/value_step_abs_mean"] == pytest.approx((0.1 + 0.1 + 0.5) / 3)
+    assert out.metrics["credit/pact/credit_abs_mean"] == pytest.approx((0.1 + 0.1 + 0.5 + 0.8) / 4)
+
+
+def test_rho_spread_by_hand() -> None:
+    rho = [0.5, 2.0, 7.0, 1.0, 3.0]
+    old = torch.full((1, 5), -1.0)
+    new = old + torch.tensor([[math.log(x) for x in rho]])
+    policy = torch.tensor([[True, True, True, True, False]])  # the 3.0 is not a policy token
+    got = rho_metrics(old, new, policy, PACTConfig())
+    kept = torch.tensor([0.5, 2.0, 7.0, 1.0], dtype=torch.float64)
+    assert got["credit/pact/rho_mean"] == pytest.approx(kept.mean().item(), rel=1e-6)
+    assert got["credit/pact/rho_sd"] == pytest.approx(kept.std(correction=0).item(), rel=1e-6)
+    assert got["credit/pact/rho_abs_log_mean"] == pytest.approx(
+        2 * math.log(2) / 4 + math.log(7) / 4, rel=1e-6
+    )
+    assert got["credit/pact/rho_masked_share"] == pytest.approx(1 / 4)  # 7.0 > rho_max
+    assert rho_metrics(old, new, policy, PACTConfig(rho_min=0.6))["credit/pact/rho_masked_share"] == 0.5
 
 
 @pytest.mark.parametrize("seed", range(5))

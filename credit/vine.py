@@ -1,0 +1,78 @@
+"""VinePPO: advantages from Monte-Carlo values at step boundaries (Kazemnejad et al., arXiv 2410.01679, Sec. 4).
+
+The response is cut into steps (after each newline by default, or every ``every`` tokens; a new turn always
+starts a step). ``V(s)`` of a step boundary is the mean reward of ``K`` continuations sampled from the prefix
+that ends there, with the policy being trained; the boundary after the last step has ``V = R_i``. Every token of
+a step gets the step's advantage::
+
+    A[i, t] = V(end of the step holding t) - V(start of that step)      (gamma = 1, sparse outcome reward)
+
+so with a boundary at every token, ``A[i, t] = V(t + 1) - V(t)``, the Monte-Carlo ground truth of
+``creditgym probe``. There is no critic: the values are the ``mc_values`` signal, computed by its provider in
+``creditgym.agents.mc`` (forks of the episode's env, ``k`` continuations per boundary), which needs an env that
+forks inside an episode (Math-v0, Rubric-v0). It is the expensive reference the cheap modules are measured
+against: one step costs ``K x (boundaries per response)`` extra rollouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
+
+__all__ = ["VineConfig", "vine"]
+
+
+@dataclass(frozen=True)
+class VineConfig:
+    """Config of `vine`; both fields are parameters of the ``mc_values`` signal's provider.
+
+    Attributes:
+        k: continuations sampled per step boundary (VinePPO's K), ``>= 1``.
+        every: a step boundary every ``every`` policy tokens (1 = every token); None = after each token whose
+            text holds a newline (VinePPO's reasoning steps).
+    """
+
+    k: int = 8
+    every: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(
+                f"VineConfig.k: expected an int >= 1 (continuations per boundary), got {self.k!r}"
+            )
+        if self.every is not None and (
+            isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1
+        ):
+            raise ValueError(
+                f"VineConfig.every: expected an int >= 1 (1 = every token) or None (newline steps), got "
+                f"{self.every!r}"
+            )
+
+
+@register("vine", config=VineConfig, signals={"mc_values": ("k", "every")})
+@torch.no_grad()
+def vine(batch: CreditBatch, cfg: VineConfig) -> CreditOutput:
+    """The step advantage ``V(step end) - V(step start)`` on every token of the step (module docstring).
+
+    Args:
+        batch: policy_mask and the signal ``mc_values`` (B, T, 2) are read.
+        cfg: see `VineConfig` (read by the signal's provider).
+
+    Returns:
+        advantages (B, T), 0 off the policy mask; metrics ``credit/vine/*``.
+    """
+    mc = require(batch, "mc_values", module="vine")
+    if mc.dim() != 3 or mc.shape[-1] != 2:
+        raise ValueError(
+            f"vine: signal 'mc_values' must have shape (B, T, 2) (V at each step's start and end), got "
+            f"{tuple(mc.shape)}"
+        )
+    mask = batch.policy_mask
+    advantages = torch.where(mask, mc[..., 1] - mc[..., 0], 0.0)  # (B, T)
+    start = torch.where(mask, mc[..., 0], 0.0)
+    metrics = advantage_metrics("vine", advantages, mask)
+    metrics["credit/vine/value_mean"] = (start.sum() / mask.sum().clamp(min=1)).item()
+    return CreditOutput(advantages, metrics=metrics)
