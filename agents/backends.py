@@ -11,9 +11,11 @@ would carry a small, systematic mismatch into every ratio.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
@@ -21,7 +23,7 @@ import torch
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["GenerationBackend", "HFBackend", "VLLMBackend", "truncate_at_stop"]
+__all__ = ["Backend", "GenerationBackend", "HFBackend", "Sampling", "VLLMBackend", "truncate_at_stop"]
 
 
 @runtime_checkable
@@ -96,7 +98,60 @@ def _rng_from(generator: torch.Generator | None, device: torch.device) -> Iterat
         yield
 
 
-class HFBackend:
+@dataclass(frozen=True)
+class Sampling:
+    """One ``generate`` call's sampling rule, checked (`Backend.generate` builds it)."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stops: list[int]  # sorted, non-empty
+    generator: torch.Generator | None
+
+
+class Backend(abc.ABC):
+    """What every backend here shares: argument checks, stop ids, batches of at most ``max_batch_size`` prompts.
+
+    Subclasses implement `_sample` for one batch; ``max_batch_size`` is None for all prompts at once (the trainer
+    halves it on out-of-memory).
+    """
+
+    max_batch_size: int | None = None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop_token_ids: Iterable[int],
+        generator: torch.Generator | None = None,
+    ) -> list[list[int]]:
+        """Generated token ids per prompt (see :class:`GenerationBackend`)."""
+        _check_sampling(max_new_tokens, temperature, top_p)
+        stops = sorted({int(t) for t in stop_token_ids})
+        if not stops:
+            raise ValueError("stop_token_ids is empty; pass at least the EOS / end-of-turn token id")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        sampling = Sampling(max_new_tokens, float(temperature), float(top_p), stops, generator)
+        size = self.max_batch_size or max(len(prompts), 1)
+        out: list[list[int]] = []
+        for start in range(0, len(prompts), size):
+            out.extend(self._sample(prompts[start : start + size], sampling))
+        return out
+
+    @abc.abstractmethod
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
+        """Token ids for one batch of prompts, each cut at and including its first stop token."""
+
+    @abc.abstractmethod
+    def sync_weights(self, model: nn.Module) -> None:
+        """Sample from ``model``'s current weights from now on."""
+
+
+class HFBackend(Backend):
     """Sampling with Hugging Face ``model.generate``: KV cache, left-padded batches, any device.
 
     Prompts are left-padded into one batch (``attention_mask`` marks the padding; ``generate`` derives position
@@ -123,42 +178,7 @@ class HFBackend:
         self.model = model
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Iterable[int],
-        generator: torch.Generator | None = None,
-    ) -> list[list[int]]:
-        """Generated token ids per prompt (see :class:`GenerationBackend`)."""
-        _check_sampling(max_new_tokens, temperature, top_p)
-        stops = sorted({int(t) for t in stop_token_ids})
-        if not stops:
-            raise ValueError("stop_token_ids is empty; pass at least the EOS / end-of-turn token id")
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        size = self.max_batch_size or max(len(prompts), 1)
-        out: list[list[int]] = []
-        for start in range(0, len(prompts), size):
-            out.extend(
-                self._generate_batch(
-                    prompts[start : start + size], max_new_tokens, temperature, top_p, stops, generator
-                )
-            )
-        return out
-
-    def _generate_batch(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        stops: list[int],
-        generator: torch.Generator | None,
-    ) -> list[list[int]]:
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
         from transformers import GenerationConfig
 
         device = next(self.model.parameters()).device
@@ -168,17 +188,17 @@ class HFBackend:
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
             attention_mask[i, width - len(p) :] = 1
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p), "top_k": 0}
-            if temperature > 0
+        rule: dict[str, Any] = (
+            {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+            if sampling.temperature > 0
             else {"do_sample": False}
         )
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            eos_token_id=stops,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=sampling.stops,
             pad_token_id=self.pad_token_id,
             use_cache=True,
-            **sampling,
+            **rule,
         )
         # The model's own generation defaults (top_k=50, repetition penalties, ... in generation_config.json)
         # would fill every field left unset here: sample from a blank config instead, so that "temperature and
@@ -186,7 +206,7 @@ class HFBackend:
         saved = self.model.generation_config
         self.model.generation_config = GenerationConfig()
         try:
-            with _rng_from(generator, device):
+            with _rng_from(sampling.generator, device):
                 sequences = self.model.generate(
                     input_ids=input_ids.to(device),
                     attention_mask=attention_mask.to(device),
@@ -197,10 +217,10 @@ class HFBackend:
         new = sequences[:, width:].tolist()
         # A row still running when the batch stopped used the whole budget, so cutting at the first stop token
         # (and dropping the padding written after it) recovers every row exactly.
-        return [truncate_at_stop(row, stops) for row in new]
+        return [truncate_at_stop(row, sampling.stops) for row in new]
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """Sampling with vLLM on a GPU, in the trainer's process (tensor parallel size 1).
 
     ``vllm`` is imported here, in the constructor, never at module import, so creditgym works without it. The
@@ -253,27 +273,16 @@ class VLLMBackend:
         kwargs.update(llm_kwargs)
         self.llm = vllm.LLM(**kwargs)
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Iterable[int],
-        generator: torch.Generator | None = None,
-    ) -> list[list[int]]:
-        """Generated token ids per prompt (see :class:`GenerationBackend`); one seed per request from
-        ``generator`` makes a call deterministic in the generator's state."""
-        _check_sampling(max_new_tokens, temperature, top_p)
-        stops = sorted({int(t) for t in stop_token_ids})
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
+        """One seed per request drawn from ``sampling.generator`` makes a call deterministic in its state."""
+        generator, stops = sampling.generator, sampling.stops
         base_seed = _seed_from(generator) if generator is not None else None
         params = [
             self._vllm.SamplingParams(
                 n=1,
-                max_tokens=max_new_tokens,
-                temperature=float(temperature),
-                top_p=float(top_p) if temperature > 0 else 1.0,
+                max_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
                 stop_token_ids=stops,
                 seed=None if base_seed is None else (base_seed + i) % (2**63 - 1),
                 skip_special_tokens=False,

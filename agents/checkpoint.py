@@ -1,9 +1,11 @@
 """Atomic, verified training checkpoints.
 
-A checkpoint is a folder ``step-000120/`` holding ``state.pt`` (model, optimizer, value head, RNG states, step,
-config) and ``manifest.json`` (the SHA-256 of every file). It is written into a temporary folder and renamed into
+A checkpoint is a folder ``step-000120/`` holding ``state.pt`` (model, optimizer, each signal provider's state,
+step, config, metrics history) and ``manifest.json`` (the SHA-256 of every file). No RNG state is needed: the
+trainer seeds every draw of step ``k`` from ``(seed, k)``. It is written into a temporary folder and renamed into
 place, so a crash mid-write never leaves a half checkpoint under a real name; ``latest`` names the newest one.
-Loading checks the manifest and refuses a corrupted checkpoint, naming the file, without touching the others.
+Loading checks the manifest and refuses a corrupted checkpoint, naming the file, without touching the others; the
+state is loaded with ``weights_only=True`` (a checkpoint is data: tensors and plain values, never code).
 """
 
 from __future__ import annotations
@@ -11,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 MANIFEST = "manifest.json"
@@ -33,16 +33,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def save_checkpoint(root: str | os.PathLike[str], step: int, state: dict[str, Any], keep: int = 2) -> Path:
@@ -77,8 +67,10 @@ def verify_checkpoint(path: str | os.PathLike[str]) -> None:
     try:
         manifest = json.loads(manifest_path.read_text())
         files = manifest["files"]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"checkpoint {path}: unreadable {manifest_path} ({e})") from e
+    if not isinstance(files, dict) or STATE not in files:
+        raise CorruptCheckpointError(f"checkpoint {path}: {manifest_path} lists no {STATE}")
     for name, digest in files.items():
         file = path / name
         if not file.is_file():
@@ -104,4 +96,9 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The verified state of checkpoint folder ``path``."""
     verify_checkpoint(path)
-    return torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(Path(path) / STATE, map_location="cpu", weights_only=True)
+    except Exception as e:  # the unpickler refuses anything but tensors and plain values
+        raise CorruptCheckpointError(
+            f"checkpoint {path}: {Path(path) / STATE} is not plain data ({e})"
+        ) from e

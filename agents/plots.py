@@ -1,9 +1,10 @@
-"""Pictures of a run: reward and held-out accuracy per step; responses with each token shaded by its advantage."""
+"""Pictures of a run (reward and held-out accuracy per step; responses with each token shaded by its advantage) and
+of a study (held-out score per entry across seeds)."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,34 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from creditgym.agents.stats import curve_stats
+
+
+def credit_samples(
+    rewards: Sequence[float],
+    input_ids: Any,
+    policy_mask: Any,
+    advantages: Any,
+    decode: Any,
+    n: int = 6,
+) -> list[dict[str, Any]]:
+    """The ``n // 2`` best and ``n // 2`` worst rows of a batch as ``{reward, tokens, advantages}`` (policy tokens
+    only), for `credit_html` / `credit_png`. Tensors are ``(B, T)``; ``decode`` maps a token id list to text."""
+    order = sorted(range(len(rewards)), key=lambda i: -rewards[i])
+    picks = [*order[: n // 2], *sorted(range(len(rewards)), key=lambda i: rewards[i])[: n // 2]]
+    out = []
+    for row in dict.fromkeys(picks):
+        m = policy_mask[row]
+        out.append(
+            {
+                "reward": float(rewards[row]),
+                "tokens": [decode([t]) for t in input_ids[row][m].tolist()],
+                "advantages": advantages[row][m.to(advantages.device)].float().cpu().tolist(),
+            }
+        )
+    return out
 
 
 def curves_png(history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
@@ -77,6 +106,42 @@ def credit_png(
     ax.imshow(grid, cmap="RdYlGn", vmin=-scale, vmax=scale, aspect="auto")
     ax.set_yticks(range(n), [f"r={s['reward']:.2f}" for s in samples] if samples else [""])
     ax.set_xlabel("response token")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def study_png(
+    runs: Sequence[Mapping[str, Any]],
+    labels: Sequence[str],
+    baseline: str,
+    path: str | Path,
+    *,
+    title: str = "",
+) -> Path:
+    """Held-out score over steps of a study (``results.json["runs"]``): per entry the mean across its finished
+    runs' curves and a shaded 95% t-interval, ``baseline`` first and in black."""
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    colors = iter(list(plt.get_cmap("tab20").colors) * 2)  # 20 distinct colours: a study has many variants
+    for label in [baseline, *(x for x in labels if x != baseline)]:
+        curves = [r["curve"] for r in runs if r["entry"] == label and r["status"] in ("ok", "finished")]
+        stats = curve_stats(curves)
+        if not stats:
+            continue
+        steps, m, lo, hi = (list(col) for col in zip(*stats, strict=True))
+        color = "black" if label == baseline else next(colors)
+        width, z = (2.2, 3) if label == baseline else (1.4, 2)
+        ax.plot(steps, m, "o-", color=color, lw=width, ms=3, zorder=z, label=f"{label} (n={len(curves)})")
+        ax.fill_between(steps, lo, hi, color=color, alpha=0.15 if label == baseline else 0.12, lw=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out score")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if ax.has_data():
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path)

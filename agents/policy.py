@@ -34,13 +34,11 @@ __all__ = [
     "Policy",
     "SampleOutput",
     "ScoreOutput",
-    "ValueHead",
     "bundled_model_path",
     "load_policy",
 ]
 
 BUNDLED_MODEL = "creditgym/tiny"
-VALUE_HEAD_FILE = "value_head.safetensors"
 TokenIds = Sequence[int] | Tensor
 
 
@@ -83,8 +81,6 @@ class ForwardOutput:
         middle_hidden: ``(B, T, H)`` the same from the output of the middle decoder layer (``L // 2``).
         attention_entropy: Layer index -> ``(B, T)`` head-averaged entropy of the attention row at the position
             predicting token t, divided by ``log(n)`` for its ``n`` visible keys, so in [0, 1] (0 when n = 1).
-        values: ``(B, T)`` value-head output at the position predicting token t (``V(s_t)``, the state before
-            token t).
         mask: ``(B, T)`` bool: where the above are defined (token t and its predicting position are real).
     """
 
@@ -94,7 +90,6 @@ class ForwardOutput:
     hidden: Tensor | None = None
     middle_hidden: Tensor | None = None
     attention_entropy: dict[int, Tensor] | None = None
-    values: Tensor | None = None
 
 
 @dataclass
@@ -105,87 +100,15 @@ class ScoreOutput:
         logprobs: ``(B, Tc)`` float32 ``log p(cont_j | context, cont_<j)``; 0 at padding.
         mask: ``(B, Tc)`` bool, True on the ``len(continuations[i])`` real tokens of row i.
         entropies: ``(B, Tc)`` float32 entropy of the distribution each token was drawn from.
-        hidden: ``(B, Tc, H)`` last-layer hidden state at the position predicting each token, if requested.
-        middle_hidden: ``(B, Tc, H)`` middle-layer hidden state, if requested.
-        attention_entropy: Layer -> ``(B, Tc)`` normalised attention-row entropy, if requested.
-        values: ``(B, Tc)`` value-head estimates, if requested.
     """
 
     logprobs: Tensor
     mask: Tensor
     entropies: Tensor
-    hidden: Tensor | None = None
-    middle_hidden: Tensor | None = None
-    attention_entropy: dict[int, Tensor] | None = None
-    values: Tensor | None = None
 
     def rows(self) -> list[Tensor]:
         """The log-probs of each row without its padding: ``B`` tensors of ``len(continuations[i])``."""
         return [lp[m] for lp, m in zip(self.logprobs, self.mask, strict=True)]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# value head
-
-
-class ValueHead(nn.Module):
-    """A critic on the actor's hidden states: ``values(hidden) -> (B, T)``.
-
-    A linear layer, or a two-layer MLP when ``mlp_size`` is given. The output layer starts at zero, so initial
-    values are 0. With ``detach=True`` (default) the critic's loss does not reach the actor's weights.
-
-    Args:
-        hidden_size: ``H``, the actor's hidden size.
-        mlp_size: Width of the hidden layer of an MLP head (``None``: linear head).
-        detach: Stop gradients from flowing into the hidden states.
-    """
-
-    def __init__(self, hidden_size: int, *, mlp_size: int | None = None, detach: bool = True) -> None:
-        super().__init__()
-        self.hidden_size, self.mlp_size, self.detach = int(hidden_size), mlp_size, bool(detach)
-        out = nn.Linear(mlp_size or hidden_size, 1)
-        nn.init.zeros_(out.weight)
-        nn.init.zeros_(out.bias)
-        self.net = nn.Sequential(nn.Linear(hidden_size, mlp_size), nn.GELU(), out) if mlp_size else out
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        """``hidden`` ``(B, T, H)`` -> values ``(B, T)`` (float32)."""
-        if self.detach:
-            hidden = hidden.detach()
-        weight = next(self.parameters())
-        return self.net(hidden.to(weight.dtype)).squeeze(-1).float()
-
-    values = forward
-
-    def metadata(self) -> dict[str, str]:
-        return {
-            "hidden_size": str(self.hidden_size),
-            "mlp_size": str(self.mlp_size or 0),
-            "detach": str(self.detach),
-        }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the head to a safetensors file, its shape in the file's metadata."""
-        from safetensors.torch import save_file
-
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(path), metadata=self.metadata())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ValueHead:
-        """A head written by :meth:`save`."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        head = cls(
-            int(meta["hidden_size"]),
-            mlp_size=int(meta.get("mlp_size", 0)) or None,
-            detach=meta.get("detach") != "False",
-        )
-        head.load_state_dict(load_file(str(path)))
-        return head
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -210,7 +133,6 @@ class Policy:
     Args:
         model: Any ``transformers`` causal LM (``AutoModelForCausalLM``).
         tokenizer: Its tokenizer.
-        value_head: Optional critic on the last hidden states.
         backend: Who samples (default: :class:`~creditgym.agents.backends.HFBackend` over ``model``).
         stop_token_ids: Tokens that end a response (default: EOS and known end-of-turn markers of the tokenizer).
     """
@@ -220,7 +142,6 @@ class Policy:
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        value_head: ValueHead | None = None,
         backend: GenerationBackend | None = None,
         stop_token_ids: Iterable[int] | None = None,
     ) -> None:
@@ -231,7 +152,6 @@ class Policy:
         )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = int(pad if pad is not None else min(self.stop_token_ids))
-        self.value_head = value_head.to(self.device) if value_head is not None else None
         self.backend: GenerationBackend = backend or HFBackend(model, pad_token_id=self.pad_token_id)
 
     @property
@@ -243,10 +163,8 @@ class Policy:
         return int(self.model.config.get_text_config().num_hidden_layers)
 
     def to(self, device: str | torch.device) -> Policy:
-        """Move the model (and value head) to ``device``; returns self."""
+        """Move the model to ``device``; returns self."""
         self.model.to(device)
-        if self.value_head is not None:
-            self.value_head.to(device)
         return self
 
     # -- sampling -------------------------------------------------------------------------------------------------
@@ -309,7 +227,6 @@ class Policy:
         return_entropy: bool = True,
         return_hidden: bool = False,
         attention_layers: Sequence[int] | None = None,
-        return_values: bool = False,
         module: nn.Module | None = None,
     ) -> ForwardOutput:
         """Teacher-forced log-probs of every token given the ones before it, keeping the autograd graph.
@@ -325,8 +242,7 @@ class Policy:
             attention_layers: Decoder layers (0-based, negative from the end) whose attention-row entropy to
                 return. Cost: the whole forward pass then runs with eager attention and materialises the
                 ``(B, heads, T, T)`` attention probabilities of every layer, O(L * B * heads * T^2) memory on
-                top of the usual pass; bound it with a small batch (``Policy.logprobs(batch_size=...)``).
-            return_values: Also return value-head estimates (needs a value head).
+                top of the usual pass.
             module: Run this wrapper of :attr:`model` instead (e.g. its ``DistributedDataParallel`` wrapper in a
                 multi-process run, so the backward pass all-reduces the gradients).
 
@@ -338,18 +254,15 @@ class Policy:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.to(device=device, dtype=torch.long)  # (B, T)
-        if return_values and self.value_head is None:
-            raise ValueError("return_values=True needs a value head: load_policy(..., value_head=True)")
         layers = self._layer_indices(attention_layers)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (B, T)
-        need_hidden = return_hidden or return_values
         eager = self._eager_attention() if layers else contextlib.nullcontext()
         with eager:
             out = (module or self.model)(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                output_hidden_states=need_hidden,
+                output_hidden_states=return_hidden,
                 output_attentions=bool(layers),
                 use_cache=False,
             )
@@ -361,15 +274,10 @@ class Policy:
         if return_entropy:
             entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
             result.entropies = _shift(entropy) * mask
-        if need_hidden:
+        if return_hidden:
             states = out.hidden_states  # L + 1 entries of (B, T, H); the last one after the final norm
-            hidden = _shift(states[-1][:, :-1])
-            if return_hidden:
-                result.hidden = hidden
-                result.middle_hidden = _shift(states[len(states) // 2][:, :-1])
-            if return_values:
-                assert self.value_head is not None
-                result.values = self.value_head(hidden) * mask
+            result.hidden = _shift(states[-1][:, :-1])
+            result.middle_hidden = _shift(states[len(states) // 2][:, :-1])
         if layers:
             keys = (position_ids + 1).float()  # (B, T) keys visible to each query under the causal mask
             norm = torch.where(keys > 1, keys.log(), torch.ones_like(keys))
@@ -390,9 +298,6 @@ class Policy:
         *,
         batch_size: int | None = None,
         return_entropy: bool = True,
-        return_hidden: bool = False,
-        attention_layers: Sequence[int] | None = None,
-        return_values: bool = False,
     ) -> ScoreOutput:
         """Log-probs of each continuation's tokens after its context, without gradients.
 
@@ -404,10 +309,6 @@ class Policy:
             continuations: ``B`` token-id sequences to score (may be empty).
             batch_size: Rows per forward pass (``None``: all at once).
             return_entropy: Fill ``entropies`` (otherwise zeros).
-            return_hidden: Fill ``hidden`` and ``middle_hidden``.
-            attention_layers: Fill ``attention_entropy`` for these layers (see :meth:`forward_logprobs` for the
-                cost).
-            return_values: Fill ``values`` (needs a value head).
 
         Returns:
             A :class:`ScoreOutput` on the model's device, right-padded to the longest continuation ``Tc``.
@@ -421,21 +322,12 @@ class Policy:
                 "every context needs at least one token (the position that predicts the first one)"
             )
         n_rows, width = len(ctx), max((len(c) for c in cont), default=0)
-        layers = self._layer_indices(attention_layers)
         device = self.device
         res = ScoreOutput(
             logprobs=torch.zeros(n_rows, width, device=device),
             mask=torch.zeros(n_rows, width, dtype=torch.bool, device=device),
             entropies=torch.zeros(n_rows, width, device=device),
         )
-        if return_hidden:
-            h = int(self.model.config.get_text_config().hidden_size)
-            res.hidden = torch.zeros(n_rows, width, h, device=device)
-            res.middle_hidden = torch.zeros(n_rows, width, h, device=device)
-        if layers:
-            res.attention_entropy = {layer: torch.zeros(n_rows, width, device=device) for layer in layers}
-        if return_values:
-            res.values = torch.zeros(n_rows, width, device=device)
         step = batch_size or max(n_rows, 1)
         for lo in range(0, n_rows, step):
             rows = range(lo, min(lo + step, n_rows))
@@ -446,29 +338,13 @@ class Policy:
             for j, s in enumerate(seqs):
                 ids[j, : len(s)] = torch.as_tensor(s, dtype=torch.long)
                 att[j, : len(s)] = 1
-            out = self.forward_logprobs(
-                ids,
-                att,
-                return_entropy=return_entropy,
-                return_hidden=return_hidden,
-                attention_layers=layers,
-                return_values=return_values,
-            )
+            out = self.forward_logprobs(ids, att, return_entropy=return_entropy)
             for j, i in enumerate(rows):
                 a, n = len(ctx[i]), len(cont[i])
                 res.logprobs[i, :n] = out.logprobs[j, a : a + n]
                 res.mask[i, :n] = True
                 if out.entropies is not None:
                     res.entropies[i, :n] = out.entropies[j, a : a + n]
-                if res.hidden is not None and out.hidden is not None and res.middle_hidden is not None:
-                    res.hidden[i, :n] = out.hidden[j, a : a + n].float()
-                    assert out.middle_hidden is not None
-                    res.middle_hidden[i, :n] = out.middle_hidden[j, a : a + n].float()
-                if res.attention_entropy is not None and out.attention_entropy is not None:
-                    for layer, stat in out.attention_entropy.items():
-                        res.attention_entropy[layer][i, :n] = stat[j, a : a + n]
-                if res.values is not None and out.values is not None:
-                    res.values[i, :n] = out.values[j, a : a + n]
         return res
 
     def _layer_indices(self, layers: Sequence[int] | None) -> list[int]:
@@ -506,14 +382,28 @@ class Policy:
     # -- saving ---------------------------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the model, tokenizer and (if any) value head (``value_head.safetensors``) in HF format."""
+        """Write the model and tokenizer in Hugging Face format into ``path``; returns it."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out)
-        self.tokenizer.save_pretrained(out)
-        if self.value_head is not None:
-            self.value_head.save(out / VALUE_HEAD_FILE)
+        with _no_hf_progress_bars():
+            self.model.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
         return out
+
+
+@contextlib.contextmanager
+def _no_hf_progress_bars() -> Iterator[None]:
+    """transformers' own bars ("Loading weights", "Writing model shards") off for a block: a bar per load or
+    save would bury the run's output. The previous setting is restored."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _shift(x: Tensor) -> Tensor:
@@ -576,7 +466,6 @@ def load_policy(
     *,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
-    value_head: bool = False,
 ) -> Policy:
     """Load a policy from the bundled tiny model, a local folder, or the local Hugging Face cache.
 
@@ -587,8 +476,6 @@ def load_policy(
             already in the local cache.
         device: ``"cpu"``, ``"cuda"``, ... (default: CUDA when available, else CPU).
         dtype: Weight dtype (default: float32 on every device; pass ``torch.bfloat16`` for large models).
-        value_head: Attach a critic: loaded from ``value_head.safetensors`` in the folder when present, otherwise a
-            new linear head with zero output.
 
     Raises:
         FileNotFoundError: The path does not exist or holds no model, or the hub id is not in the local cache.
@@ -598,10 +485,11 @@ def load_policy(
     source, local = _resolve(name_or_path)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, local_files_only=True, **_dtype_kwarg(dtype or torch.float32)
-        )
+        with _no_hf_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, local_files_only=True, **_dtype_kwarg(dtype or torch.float32)
+            )
     except OSError as e:
         if local:
             raise
@@ -610,11 +498,4 @@ def load_policy(
             "downloads models: fetch it yourself (e.g. `huggingface-cli download`) or pass a local folder"
         ) from e
     model.to(device)
-    head = None
-    if value_head:
-        saved = Path(source) / VALUE_HEAD_FILE if local else None
-        if saved is not None and saved.is_file():
-            head = ValueHead.load(saved)
-        else:
-            head = ValueHead(int(model.config.get_text_config().hidden_size))
-    return Policy(model, tokenizer, value_head=head)
+    return Policy(model, tokenizer)

@@ -1,8 +1,12 @@
-"""A rich progress bar for training runs: step, reward, accuracy, tokens/s, ETA."""
+"""What a training run shows and records as it goes: a rich progress bar (step, reward, accuracy, tokens/s, ETA)
+and the metrics log (``metrics.jsonl`` and TensorBoard)."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.progress import (
@@ -56,3 +60,40 @@ class RunProgress:
                 f"step {step}/{self.total} | {stats} | {metrics.get('time/step_s', 0.0):.2f}s/step",
                 flush=True,
             )
+
+
+class MetricsLog:
+    """Appends each step's metrics to ``history``, ``folder/metrics.jsonl`` and TensorBoard (``folder/tensorboard``).
+
+    Non-finite values are recorded as ``null`` (JSON) and left out of TensorBoard.
+    """
+
+    def __init__(self, folder: Path, history: list[dict[str, float | None]] | None = None) -> None:
+        self.path = folder / "metrics.jsonl"
+        self.history: list[dict[str, float | None]] = list(history or [])
+        # a resumed run may have logged steps after its last checkpoint: keep only what the checkpoint knows
+        self.path.write_text("".join(json.dumps(m) + "\n" for m in self.history))
+        self.folder, self._writer = folder, None
+
+    def log(self, metrics: dict[str, float]) -> None:
+        clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
+        self.history.append(clean)
+        with self.path.open("a") as f:
+            f.write(json.dumps(clean) + "\n")
+        if self._writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except (
+                ImportError
+            ):  # tensorboard is a core dependency; a broken install only loses the event files
+                return
+            self._writer = SummaryWriter(str(self.folder / "tensorboard"))
+        step = int(metrics.get("step", len(self.history)))
+        for k, v in clean.items():
+            if k != "step" and v is not None:
+                self._writer.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

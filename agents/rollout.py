@@ -5,12 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from creditgym.envs.core import Source, TokenEnv
+
+
+class Agent(Protocol):
+    """Writes the next turn of several token-level episodes at once (what `play` drives).
+
+    ``respond_batch`` returns each env's turn tokens and, for a sampling policy, their behaviour log-probs
+    (``None`` for scripted agents). ``name`` labels reports.
+    """
+
+    name: str
+
+    def respond_batch(
+        self, envs: Sequence[TokenEnv], rng: np.random.Generator
+    ) -> tuple[list[list[int]], list[torch.Tensor] | None]: ...
 
 
 @dataclass
@@ -105,7 +119,7 @@ class PolicyAgent:
             self.policy,
             [env.ledger.token_id.tolist() for env in envs],
             self.stats,
-            max_new_tokens=max(env.max_new_tokens - env._turn_tokens for env in envs),
+            max_new_tokens=max(env.turn_tokens_left for env in envs),
             temperature=self.temperature,
             top_p=self.top_p,
             stop_token_ids=envs[0].stop_token_ids,
@@ -116,7 +130,7 @@ class PolicyAgent:
 
 
 def play(
-    agent: Any,
+    agent: Agent,
     envs: Sequence[TokenEnv],
     groups: Sequence[int],
     *,
@@ -128,7 +142,7 @@ def play(
     ``agent.respond_batch(envs, rng)`` returns each env's turn tokens and, for a policy, their behaviour
     log-probs, which are written into the ledgers (``ledger.logprob``).
     """
-    stats = stats if stats is not None else getattr(agent, "stats", None) or RolloutStats()
+    stats = stats if stats is not None else RolloutStats()
     rng = rng if rng is not None else np.random.default_rng(0)
     done: dict[int, Episode] = {}
     active = [i for i, env in enumerate(envs) if not env.done]

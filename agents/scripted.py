@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from creditgym.envs.core import TokenEnv
+from creditgym.agents.rollout import Agent
+from creditgym.envs.core import EmptyResponse, OracleResponse, TokenEnv
 
-if TYPE_CHECKING:
-    from torch import Tensor
-
-
-class Agent(Protocol):
-    """Writes the next turn of several token-level episodes at once.
-
-    ``respond_batch`` returns each env's turn tokens and, for a sampling policy, their behaviour log-probs
-    (``None`` for scripted agents).
-    """
-
-    name: str
-
-    def respond_batch(
-        self, envs: Sequence[TokenEnv], rng: np.random.Generator
-    ) -> tuple[list[list[int]], list[Tensor] | None]: ...
+__all__ = ["SCRIPTED", "Agent", "EmptyAgent", "OracleAgent", "RandomAgent"]
 
 
 class _OneByOne(abc.ABC):
@@ -47,10 +32,12 @@ class OracleAgent(_OneByOne):
     name = "oracle"
 
     def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray:
-        oracle = getattr(env, "oracle_response", None)
-        if oracle is None:
-            raise TypeError(f"{type(env).__name__} has no oracle_response(); the oracle agent cannot play it")
-        ids = env.tokenizer(oracle(), add_special_tokens=False)["input_ids"]
+        if not isinstance(env, OracleResponse):
+            raise TypeError(
+                f"{type(env).__name__} has no oracle_response() (the OracleResponse capability); the oracle "
+                "agent cannot play it"
+            )
+        ids = env.tokenizer(env.oracle_response(), add_special_tokens=False)["input_ids"]
         return np.asarray([*ids, env.end_of_turn_id], dtype=np.int64)
 
 
@@ -60,8 +47,7 @@ class EmptyAgent(_OneByOne):
     name = "empty"
 
     def respond(self, env: TokenEnv, rng: np.random.Generator) -> np.ndarray:
-        empty = getattr(env, "empty_response", None)
-        text = empty() if empty is not None else ""
+        text = env.empty_response() if isinstance(env, EmptyResponse) else ""
         ids = env.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
         return np.asarray([*ids, env.end_of_turn_id], dtype=np.int64)
 

@@ -9,6 +9,7 @@ CI engine can never turn into a silently green run.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,10 +21,15 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1")
 
 
-def _no_docker(reason: str):
+def require(what: str) -> None:
+    """Skip a test that lacks ``what`` on this machine; under ``CI=true`` (where `make test` provides it) fail."""
     if _in_ci():
-        pytest.fail(f"Docker is required under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"{reason} (run `make engine` to start a local engine and build {BASE_IMAGE})")
+        pytest.fail(f"required under CI=true: {what}", pytrace=False)
+    pytest.skip(f"needs {what}")
+
+
+def _no_docker(reason: str):
+    require(f"a Docker engine: {reason} (run `make engine` to start a local engine and build {BASE_IMAGE})")
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +65,25 @@ def base_image(docker_client) -> str:
     if missing:
         _no_docker(f"base image {BASE_IMAGE} is missing")
     return BASE_IMAGE
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Lets a test register throwaway credit modules, signals and providers; all three are restored afterwards.
+
+    Registering at import time would leak into tests collected later (``available()`` parametrizes some).
+    """
+    from creditgym.agents import signals
+    from creditgym.credit import base
+
+    saved = (dict(base._REGISTRY), dict(base._SIGNALS), dict(signals.PROVIDERS))
+    yield
+    for live, old in zip((base._REGISTRY, base._SIGNALS, signals.PROVIDERS), saved, strict=True):
+        live.clear()
+        live.update(old)
+
+
+@pytest.fixture(name="needs")
+def needs_fixture():
+    """``needs(what)``: skip a test that lacks ``what`` here; under ``CI=true`` (where `make test` provides it) fail."""
+    return require

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from creditgym.envs.math_tasks import LEVELS, generate_task
+from creditgym.envs.math_tasks import generate_task
 from creditgym.envs.tokenizer import CHATML_TEMPLATE, SPECIAL_TOKENS
 
 ENGLISH = """The quick brown fox jumps over the lazy dog. Write a short answer in plain English.
@@ -103,7 +103,7 @@ def corpus(n_math: int = 4000, seed: int = 0) -> Iterator[str]:
     yield from _stdlib_text()
     rng = np.random.default_rng(seed)
     for i in range(n_math):
-        task = generate_task(rng, 1 + i % len(LEVELS))
+        task = generate_task(rng, 1 + i % 5)  # levels 1-5: the committed tokenizer predates the chains (6)
         yield f"{task.question}\nPut your final answer within \\boxed{{}}.\nThe answer is \\boxed{{{task.answer}}}."
     for _ in range(20):
         yield ENGLISH

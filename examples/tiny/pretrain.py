@@ -1,38 +1,41 @@
 """Pretrain the bundled tiny model (``agents/tiny/``): supervised, on procedural Math and Rubric tasks, on a CPU.
 
     python examples/tiny/pretrain.py [--out agents/tiny] [--seed 0] [--target-low 0.3 --target-high 0.6]
-        [--rubric-fraction 0.2 --rubric-miss 0.4 --rubric-low 0.3 --rubric-high 0.65]
+        [--rubric-fraction 0.15 --rubric-miss 0.4] [--chain-fraction 0.2] [--hard-fraction 0.1 --hard-miss 0.4]
 
 The model is a small Qwen2-style causal LM (tied embeddings, the bundled 2048-token tokenizer). Each training
 example is exactly the prompt an env shows the policy, followed by a response and the end-of-turn token
-``<|im_end|>``; the loss covers the response tokens only. Tasks come from the procedural generators' **train**
-splits:
+``<|im_end|>``; the loss covers the response tokens only (the mean over all response tokens of a step). Tasks come
+from the procedural generators' **train** splits, four groups per batch (``training_data.py`` writes them):
 
-- **Math** (``creditgym/Math-v0``, ``MathEnv.prompt_tokens(task)``): a short worked response ending in
-  ``\\boxed{answer}``, mostly at the env's default level 2 (two-digit addition and subtraction), some at levels 1
-  and 3.
-- **Rubric** (``creditgym/Rubric-v0``, ``RubricEnv.prompt_tokens(task)``: the instruction and its numbered
-  criteria), ``--rubric-fraction`` of every batch: a short response written from the criteria by
-  :func:`rubric_response` (about 23 tokens; the procedural tasks' own ``oracle`` runs to about 68, past the
-  trainer's 48-token budget). Each criterion is deliberately missed with probability ``--rubric-miss`` (title,
-  ending phrase, bullets... left out; a forbidden word or a comma put in), so the model learns to meet a criterion
-  only some of the time, not all of it. Keep it below 0.5: at 0.5 greedy decoding settles on the bare
+- **Math** (``creditgym/Math-v0``): a short worked response ending in ``\\boxed{answer}``, mostly at the env's
+  default level 2 (two-digit addition and subtraction), some at levels 1 and 3.
+- **Chains** (``creditgym/Math-v0``, ``difficulty=6``), ``--chain-fraction`` of every batch: the worked chain
+  (``a = 23 + 7 = 30; b = 30 * 3 = 90; ...``) and the boxed last result, 40-90 tokens.
+- **Rubric** (``creditgym/Rubric-v0``), ``--rubric-fraction``: a short response written from the criteria
+  (about 23 tokens, within the trainer's 48-token budget), each criterion deliberately missed with probability
+  ``--rubric-miss`` (title, ending phrase, bullets... left out; a forbidden word or a comma put in), so the model
+  meets a criterion only some of the time. Keep it below 0.5: at 0.5 greedy decoding settles on the bare
   ``"I like cats."`` and misses nearly everything.
+- **Hard rubric** (``creditgym/Rubric-v0``, ``preset="hard"``: 4-8 criteria, some localized),
+  ``--hard-fraction``: the same kind of response, padded with filler sentences to 48 words (about 110 tokens),
+  missing each criterion with probability ``--hard-miss``.
 
-Training stops early, on purpose, once the model is *middling* at both: every ``--eval-every`` steps it samples
-(temperature 1) answers to held-out level-2 problems and held-out rubric tasks (the test splits) and stops when the
-math accuracy lies in ``[--target-low, --target-high]`` and the mean partial rubric score in
-``[--rubric-low, --rubric-high]``, so reinforcement learning has room to show a gain on either env. It then prints
-greedy and sampled scores on 200 other held-out problems and tasks and writes the model folder (config, safetensors
-weights, generation config, tokenizer) and ``info.json`` with the command, seed, steps, scores and the weights'
-SHA-256.
+Training stops early, on purpose, once the model is *middling* at all four: every ``--eval-every`` steps it samples
+(temperature 1) answers to held-out tasks (the test splits) and stops when the level-2 accuracy lies in
+``[--target-low, --target-high]``, the chain accuracy in ``[--chain-low, --chain-high]``, and the mean partial
+rubric scores in ``[--rubric-low, --rubric-high]`` and ``[--hard-low, --hard-high]``, so reinforcement learning has
+room to show a gain on each. It then prints greedy and sampled scores on other held-out tasks and writes the model
+folder (config, safetensors weights, generation config, tokenizer) and ``info.json`` with the command, seed,
+steps, scores and the weights' SHA-256.
 
-Math answers are scored by exact match of the last ``\\boxed{...}`` with the gold integer (levels 1-3 have integer
-answers), which is what the math verifier concludes for these problems. Rubric responses are scored by the env
-itself (``RubricEnv.step_chunk``, graded by :mod:`creditgym.verifiers.rubric`, ``reward_mode="partial"``) with the
-trainer's response budget (``TrainConfig().env_kwargs["max_new_tokens"]``, 48 tokens). Fixed seed,
-``torch.set_num_threads``, deterministic algorithms: the same command on the same machine and library versions
-writes the same weights (``info.json`` records their SHA-256).
+Math answers are scored by exact match of the last ``\\boxed{...}`` with the gold integer (levels 1-3 and chains
+have integer answers), which is what the math verifier concludes for these problems. Rubric responses are scored
+by the env itself (``RubricEnv.step_chunk``, ``reward_mode="partial"``) with the trainer's response budget (48
+tokens) for the default preset and the preset's own (192) for the hard one. Fixed seed, ``torch.set_num_threads``,
+deterministic algorithms: the same command on the same machine and library versions writes the same weights
+(``info.json`` records their SHA-256). One torch thread by default: on a 2-core machine shared with other work, two
+threads spin-wait on each other and a step runs about ten times slower.
 """
 
 from __future__ import annotations
@@ -41,72 +44,86 @@ import argparse
 import hashlib
 import json
 import math
-import re
 import shutil
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import transformers
+from training_data import (
+    MathExamples,
+    RubricExamples,
+    collate,
+    response_text,
+    rubric_data_stats,
+    rubric_response,
+)
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 from creditgym.agents.backends import HFBackend
 from creditgym.agents.config import TrainConfig
 from creditgym.envs.math import MathEnv
-from creditgym.envs.math_tasks import DEFAULT_LEVEL, MathTask, ProceduralMath, last_boxed
+from creditgym.envs.math_tasks import CHAIN_LEVEL, DEFAULT_LEVEL, MathTask, ProceduralMath, last_boxed
 from creditgym.envs.rubric import RubricEnv
-from creditgym.envs.rubric_tasks import ProceduralRubric, RubricTask
+from creditgym.envs.rubric_tasks import PRESETS, ProceduralRubric, RubricTask
 from creditgym.envs.tokenizer import ASSETS, load_tokenizer
-from creditgym.verifiers.rubric import grade
 
 ROOT = Path(__file__).resolve().parents[2]
-LEVEL_MIX = {DEFAULT_LEVEL: 0.7, 1: 0.15, 3: 0.15}  # share of training problems per difficulty level
+LEVEL_MIX = {DEFAULT_LEVEL: 0.7, 1: 0.15, 3: 0.15}  # share of the math group's problems per difficulty level
 REPORT_SEED, VALIDATION_SEED = 0, 1  # held-out sets: the final report, and the early-stopping check
-TRAINER_BUDGET = int(TrainConfig().env_kwargs["max_new_tokens"])  # what `creditgym train` gives a response
+TRAINER_BUDGET = int(TrainConfig().max_new_tokens or 48)  # what `creditgym train` gives a response
+HARD_BUDGET = PRESETS["hard"].max_new_tokens
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "agents" / "tiny", help="model folder to write")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument(
-        "--max-steps", type=int, default=4000, help="hard stop if the target band is never reached"
+        "--threads", type=int, default=1, help="torch CPU threads (1: far faster on a shared machine)"
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=4000, help="hard stop if the target bands are never reached"
     )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=50, help="linear warm-up steps")
     p.add_argument("--short-fraction", type=float, default=0.2, help="share of bare '\\boxed{N}' responses")
-    p.add_argument("--eval-every", type=int, default=25, help="steps between early-stopping checks")
+    p.add_argument("--eval-every", type=int, default=50, help="steps between early-stopping checks")
     p.add_argument("--min-steps", type=int, default=100, help="no early stop before this step")
     p.add_argument(
-        "--eval-n", type=int, default=200, help="held-out problems and tasks per early-stopping check"
+        "--eval-n", type=int, default=200, help="held-out tasks per target per early-stopping check"
     )
+    p.add_argument("--report-n", type=int, default=200, help="held-out tasks per target in the final report")
     p.add_argument(
-        "--report-n", type=int, default=200, help="held-out problems and tasks in the final report"
+        "--target-low", type=float, default=0.30, help="stop once sampled level-2 accuracy >= this ..."
     )
-    p.add_argument("--target-low", type=float, default=0.30, help="stop once sampled accuracy is >= this ...")
     p.add_argument("--target-high", type=float, default=0.60, help="... and <= this")
     p.add_argument("--max-new-tokens", type=int, default=64, help="math response budget when evaluating")
     p.add_argument(
-        "--rubric-fraction", type=float, default=0.2, help="share of each batch that is rubric tasks"
+        "--rubric-miss", type=float, default=0.4, help="chance a rubric response misses a criterion"
     )
+    p.add_argument("--hard-miss", type=float, default=0.4, help="chance a hard response misses a criterion")
     p.add_argument(
-        "--rubric-miss", type=float, default=0.4, help="chance that a training response misses each criterion"
+        "--chain-max-new-tokens", type=int, default=160, help="chain response budget when evaluating"
     )
-    p.add_argument(
-        "--rubric-low", type=float, default=0.30, help="... and the sampled rubric score >= this ..."
-    )
-    p.add_argument("--rubric-high", type=float, default=0.65, help="... and <= this")
-    p.add_argument(
-        "--rubric-max-new-tokens",
-        type=int,
-        default=TRAINER_BUDGET,
-        help="rubric response budget when evaluating (default: the trainer's)",
-    )
+    for name, fraction, high, what in (
+        ("rubric", 0.15, 0.65, "rubric tasks (default preset), scored by the mean rubric score"),
+        ("chain", 0.2, 0.60, "worked chains (Math-v0 level 6), scored by accuracy"),
+        ("hard", 0.1, 0.70, "hard-preset rubric tasks, scored by the mean rubric score"),
+    ):
+        p.add_argument(
+            f"--{name}-fraction", type=float, default=fraction, help=f"share of each batch: {what}"
+        )
+        p.add_argument(
+            f"--{name}-low", type=float, default=0.30, help=f"stop once the sampled {name} score >= this"
+        )
+        p.add_argument(f"--{name}-high", type=float, default=high, help="... and <= this")
     p.add_argument("--hidden-size", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -116,187 +133,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# data
-
-
-def response_text(task: MathTask, short: bool) -> str:
-    """A worked answer ``"86 + 67 = 153. The answer is \\boxed{153}."``, or the bare ``"\\boxed{153}"``."""
-    expr = task.question.removeprefix("What is ").removesuffix("?")
-    if short or expr == task.question:
-        return f"\\boxed{{{task.answer}}}"
-    return f"{expr} = {task.answer}. The answer is \\boxed{{{task.answer}}}."
-
-
-_TOPIC = re.compile(r"(?:about|on) (.+)\.$|^Describe (.+) in a few sentences\.$")
-_FILLERS = ("It is good to learn about it", "We share it with our friends", "I want to know more")
-
-
-def rubric_response(task: RubricTask, miss: Collection[int] = ()) -> str:
-    """A short response to a procedural rubric task meeting every criterion except those indexed in ``miss``.
-
-    A missed criterion is left out (no title, no ending phrase, no bullets, no JSON...) or broken on purpose (a
-    forbidden word, a comma, the keyword only once); the word and sentence counts and ``words_less`` cannot always
-    be missed in a short answer, so they may still pass. Example (title, 2 bullets, ending)::
-
-        <<rain>>
-        I like rain.
-        * point 1
-        * point 2 That is all.
-    """
-    match = _TOPIC.search(task.instruction)
-    topic = (match.group(1) or match.group(2)) if match else "it"
-    args = {c.id: dict(c.kwargs) for c in task.criteria}
-    kept = {c.id: i not in miss for i, c in enumerate(task.criteria)}
-
-    def on(cid: str) -> bool:
-        return kept.get(cid, False)
-
-    def off(cid: str) -> bool:
-        return kept.get(cid) is False
-
-    keyword, second = topic.removeprefix("the "), ""
-    if "keywords:existence" in args:
-        keyword, second = args["keywords:existence"]["keywords"][:2]
-    if "keywords:frequency" in args:
-        keyword = args["keywords:frequency"]["keyword"]
-    body = [f"I like {keyword} and {second}" if on("keywords:existence") else f"I like {keyword}"]
-    if off("punctuation:no_comma"):
-        body[0] = "Yes, " + body[0]
-    if on("keywords:frequency"):
-        body += [f"The {keyword} is here"] * (args["keywords:frequency"]["frequency"] - 1)
-    if off("keywords:forbidden_words"):
-        body.append(f"It is {args['keywords:forbidden_words']['forbidden_words'][0]}")
-    if on("detectable_content:number_placeholders"):
-        n = args["detectable_content:number_placeholders"]["num_placeholders"]
-        body.append("Write to " + " and ".join(["[name]", "[place]", "[date]"][:n]))
-    if on("detectable_format:number_highlighted_sections"):
-        n = args["detectable_format:number_highlighted_sections"]["num_highlights"]
-        body.append("It is " + " and ".join(["*good*", "*fun*", "*new*"][:n]))
-    words = args.get("length_constraints:number_words", {})
-    min_words = (
-        words["num_words"] if on("length_constraints:number_words") and words["relation"] == "at least" else 0
-    )
-    min_sentences = (
-        args["length_constraints:number_sentences"]["num_sentences"]
-        if on("length_constraints:number_sentences")
-        else 1
-    )
-    fillers = iter(_FILLERS)
-    if on("change_case:english_lowercase"):
-        body.append(next(fillers))  # the check also wants langdetect to say English: "i like rain." is not
-    while len(body) < min_sentences or len(re.findall(r"\w+", ". ".join(body))) < min_words:
-        body.append(next(fillers))
-    text = ". ".join(body) + "."
-    if on("detectable_format:title"):
-        text = f"<<{'my note' if off('keywords:frequency') else topic}>>\n{text}"
-    if on("detectable_format:number_bullet_lists"):
-        n = args["detectable_format:number_bullet_lists"]["num_bullets"]
-        text += "".join(f"\n* point {i + 1}" for i in range(n))
-    if on("detectable_content:postscript"):
-        text += "\nP.S. See you."
-    if on("startend:end_checker"):
-        text += " " + args["startend:end_checker"]["end_phrase"]
-    if on("detectable_format:json_format"):
-        text = json.dumps({"answer": text.replace("\n", " ")})
-    if on("change_case:english_lowercase"):
-        text = text.lower()
-    if on("startend:quotation"):
-        text = f'"{text}"'
-    return text
-
-
-class Examples:
-    """Endless math examples ``(prompt ids, response ids)`` from the train split, deterministic in ``seed``."""
-
-    def __init__(self, env: MathEnv, seed: int, short_fraction: float) -> None:
-        self.env, self.tokenizer = env, env.tokenizer
-        self.rng = np.random.default_rng(seed)
-        self.levels = list(LEVEL_MIX)
-        self.weights = np.array([LEVEL_MIX[level] for level in self.levels])
-        self.sources = {level: ProceduralMath(level, "train") for level in self.levels}
-        self.short_fraction = short_fraction
-        self.eos = int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-
-    def next(self) -> tuple[list[int], list[int]]:
-        level = self.levels[int(self.rng.choice(len(self.levels), p=self.weights))]
-        task = self.sources[level].sample(self.rng)
-        short = bool(self.rng.random() < self.short_fraction)
-        response = self.tokenizer(response_text(task, short), add_special_tokens=False)["input_ids"]
-        return self.env.prompt_tokens(task), [*response, self.eos]
-
-
-class RubricExamples:
-    """Endless rubric examples ``(prompt ids, response ids)`` from the train split (see ``rubric_response``)."""
-
-    def __init__(self, env: RubricEnv, seed: int, miss: float) -> None:
-        self.env, self.tokenizer = env, env.tokenizer
-        self.rng = np.random.default_rng(seed)
-        self.source = ProceduralRubric(split="train")
-        self.miss = miss
-        self.eos = int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-
-    def next_task(self) -> tuple[RubricTask, str]:
-        task = self.source.sample(self.rng)
-        missed = [i for i in range(len(task.criteria)) if self.rng.random() < self.miss]
-        return task, rubric_response(task, missed)
-
-    def next(self) -> tuple[list[int], list[int]]:
-        task, text = self.next_task()
-        response = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.env.prompt_tokens(task), [*response, self.eos]
-
-
-def collate(
-    pairs: Sequence[tuple[list[int], list[int]]], pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``input_ids``, ``attention_mask``, ``labels`` (-100 on prompt and padding), all ``(B, T)``."""
-    width = max(len(p) + len(r) for p, r in pairs)
-    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(pairs), width), dtype=torch.long)
-    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
-    for i, (prompt, response) in enumerate(pairs):
-        seq = prompt + response
-        ids[i, : len(seq)] = torch.tensor(seq)
-        mask[i, : len(seq)] = 1
-        labels[i, len(prompt) : len(seq)] = torch.tensor(response)
-    return ids, mask, labels
-
-
-def rubric_data_stats(env: RubricEnv, seed: int, miss: float, n: int = 1000) -> dict[str, float]:
-    """What the rubric training responses score (graded like the env), and their length in tokens with EOS.
-
-    Warns when a response written to meet every criterion misses one: the procedural generator has a criterion
-    :func:`rubric_response` does not know.
-    """
-    examples = RubricExamples(env, seed, miss)
-    scores, reference, lengths = [], [], []
-    for _ in range(n):
-        task, text = examples.next_task()
-        scores.append(grade(text, task.criteria).score or 0.0)
-        reference.append(grade(rubric_response(task), task.criteria).score or 0.0)
-        lengths.append(len(env.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1)
-    if min(reference) < 1.0:
-        print(
-            f"warning: {sum(r < 1.0 for r in reference)} of {n} rubric responses written to meet every criterion "
-            "miss one: teach rubric_response the new criterion",
-            file=sys.stderr,
-        )
-    return {
-        "mean_score": float(np.mean(scores)),
-        "reference_score": float(np.mean(reference)),
-        "mean_tokens": float(np.mean(lengths)),
-        "max_tokens": float(np.max(lengths)),
-        f"share_over_{TRAINER_BUDGET}_tokens": float(np.mean(np.array(lengths) > TRAINER_BUDGET)),
-    }
-
-
-# --------------------------------------------------------------------------------------------------------------
 # evaluation
 
 
 def is_correct(text: str, gold: str) -> bool:
     span = last_boxed(text)
     return span is not None and text[span[0] : span[1]].strip() == gold.strip()
+
+
+def _generate(
+    model: Qwen2ForCausalLM,
+    env: MathEnv | RubricEnv,
+    prompts: list[list[int]],
+    budget: int,
+    temperature: float,
+    seed: int,
+) -> list[list[int]]:
+    backend = HFBackend(model, pad_token_id=int(env.tokenizer.pad_token_id))
+    return backend.generate(
+        prompts,
+        max_new_tokens=budget,
+        temperature=temperature,
+        top_p=1.0,
+        stop_token_ids=env.stop_token_ids,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def _lengths(env: MathEnv | RubricEnv, outs: list[list[int]]) -> dict[str, float]:
+    ended = [bool(o) and o[-1] in env.stop_token_ids for o in outs]
+    return {"eos_rate": float(np.mean(ended)), "mean_tokens": float(np.mean([len(o) for o in outs]))}
 
 
 @torch.no_grad()
@@ -311,28 +177,13 @@ def evaluate_math(
 ) -> dict[str, float]:
     """Math accuracy and share of responses ending with EOS on ``tasks`` (one sample each)."""
     model.eval()
-    tok = env.tokenizer
-    backend = HFBackend(model, pad_token_id=int(tok.pad_token_id))
-    generator = torch.Generator().manual_seed(seed)
-    outs = backend.generate(
-        [env.prompt_tokens(t) for t in tasks],
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=1.0,
-        stop_token_ids=env.stop_token_ids,
-        generator=generator,
-    )
+    outs = _generate(model, env, [env.prompt_tokens(t) for t in tasks], max_new_tokens, temperature, seed)
     correct = [
-        is_correct(tok.decode(o, skip_special_tokens=True), t.answer)
+        is_correct(env.tokenizer.decode(o, skip_special_tokens=True), t.answer)
         for o, t in zip(outs, tasks, strict=True)
     ]
-    ended = [bool(o) and o[-1] in env.stop_token_ids for o in outs]
     model.train()
-    return {
-        "accuracy": float(np.mean(correct)),
-        "eos_rate": float(np.mean(ended)),
-        "mean_tokens": float(np.mean([len(o) for o in outs])),
-    }
+    return {"accuracy": float(np.mean(correct)), **_lengths(env, outs)}
 
 
 @torch.no_grad()
@@ -343,36 +194,67 @@ def evaluate_rubric(
     *,
     temperature: float,
     seed: int,
+    max_new_tokens: int | None = None,
 ) -> dict[str, float]:
     """Mean partial rubric score, share passing every criterion and share ending with EOS (one sample each).
 
     Each response is played through ``env`` (budget: ``env.max_new_tokens``) and scored by its reward.
     """
     model.eval()
-    backend = HFBackend(model, pad_token_id=int(env.tokenizer.pad_token_id))
-    generator = torch.Generator().manual_seed(seed)
-    outs = backend.generate(
-        [env.prompt_tokens(t) for t in tasks],
-        max_new_tokens=env.max_new_tokens,
-        temperature=temperature,
-        top_p=1.0,
-        stop_token_ids=env.stop_token_ids,
-        generator=generator,
-    )
+    outs = _generate(model, env, [env.prompt_tokens(t) for t in tasks], env.max_new_tokens, temperature, seed)
     scores, passed = [], []
     for out, task in zip(outs, tasks, strict=True):
         env.reset(options={"task": task})
         _, reward, _, _, info = env.step_chunk(np.asarray(out, dtype=np.int64))
         scores.append(reward)
         passed.append(info["status"] == "correct")
-    ended = [bool(o) and o[-1] in env.stop_token_ids for o in outs]
     model.train()
-    return {
-        "score": float(np.mean(scores)),
-        "all_passed": float(np.mean(passed)),
-        "eos_rate": float(np.mean(ended)),
-        "mean_tokens": float(np.mean([len(o) for o in outs])),
-    }
+    return {"score": float(np.mean(scores)), "all_passed": float(np.mean(passed)), **_lengths(env, outs)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One held-out task family the model must end middling at: how to score it, on what, and the band."""
+
+    name: str
+    evaluate: Callable[..., dict[str, float]]  # (model, tasks, temperature=, seed=) -> metrics
+    metric: str
+    band: tuple[float, float]
+    validation: Sequence[Any]
+    report: Sequence[Any]
+    held_out: str  # how the report's tasks were drawn, for info.json
+    budget: int
+
+
+def make_targets(args: argparse.Namespace, tok: Any) -> list[Target]:
+    math_env = MathEnv(tok)
+    rubric_env = RubricEnv(tok, split="test", max_new_tokens=TRAINER_BUDGET)
+    hard_env = RubricEnv(tok, split="test", preset="hard")
+
+    def math_eval(budget: int) -> Callable[..., dict[str, float]]:
+        return lambda model, tasks, **kw: evaluate_math(model, math_env, tasks, max_new_tokens=budget, **kw)
+
+    def rubric_eval(env: RubricEnv) -> Callable[..., dict[str, float]]:
+        return lambda model, tasks, **kw: evaluate_rubric(model, env, tasks, **kw)
+
+    out = []
+    for name, metric, band, budget, evaluate, source, held_out in (
+        ("math", "accuracy", (args.target_low, args.target_high), args.max_new_tokens,
+         math_eval(args.max_new_tokens), ProceduralMath(DEFAULT_LEVEL, "test"),
+         f"ProceduralMath({DEFAULT_LEVEL}, 'test')"),
+        ("chain", "accuracy", (args.chain_low, args.chain_high), args.chain_max_new_tokens,
+         math_eval(args.chain_max_new_tokens), ProceduralMath(CHAIN_LEVEL, "test"),
+         f"ProceduralMath({CHAIN_LEVEL}, 'test')"),
+        ("rubric", "score", (args.rubric_low, args.rubric_high), TRAINER_BUDGET, rubric_eval(rubric_env),
+         ProceduralRubric(split="test"), "ProceduralRubric(split='test')"),
+        ("hard", "score", (args.hard_low, args.hard_high), HARD_BUDGET, rubric_eval(hard_env),
+         ProceduralRubric(split="test", preset="hard"), "ProceduralRubric(split='test', preset='hard')"),
+    ):  # fmt: skip
+        validation = source.take(args.eval_n, seed=VALIDATION_SEED)
+        report = source.take(args.report_n, seed=REPORT_SEED)
+        held = f"{held_out}.take({args.report_n}, seed={REPORT_SEED})"
+        out.append(Target(name, evaluate, metric, band, validation, report, held, budget))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -404,39 +286,64 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def check_args(args: argparse.Namespace) -> None:
+    fractions = (args.rubric_fraction, args.chain_fraction, args.hard_fraction)
+    if (
+        min(fractions) < 0
+        or sum(fractions) >= 1
+        or not all(0 <= m <= 1 for m in (args.rubric_miss, args.hard_miss))
+    ):
+        raise SystemExit(
+            "need --rubric-fraction, --chain-fraction, --hard-fraction >= 0 with a sum below 1 and "
+            f"--rubric-miss, --hard-miss in [0, 1]; got {fractions}, {args.rubric_miss}, {args.hard_miss}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not 0.0 <= args.rubric_fraction < 1.0 or not 0.0 <= args.rubric_miss <= 1.0:
-        raise SystemExit(
-            f"need 0 <= --rubric-fraction < 1 and 0 <= --rubric-miss <= 1, "
-            f"got {args.rubric_fraction} and {args.rubric_miss}"
-        )
+    check_args(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     t_start = time.perf_counter()
 
     tok = load_tokenizer()
-    env = MathEnv(tok)
-    rubric_env = RubricEnv(tok, split="test", max_new_tokens=args.rubric_max_new_tokens)
     eos, pad = int(tok.convert_tokens_to_ids("<|im_end|>")), int(tok.pad_token_id)
     model = build_model(args, len(tok), eos, pad)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters, {args.layers} layers, hidden {args.hidden_size}")
 
-    n_rubric = round(args.batch_size * args.rubric_fraction)
-    examples = Examples(env, args.seed, args.short_fraction)
-    rubric_examples = RubricExamples(RubricEnv(tok), args.seed + 1, args.rubric_miss)
-    rubric_stats = rubric_data_stats(RubricEnv(tok), args.seed + 2, args.rubric_miss)
-    print(
-        f"rubric data: {n_rubric} of {args.batch_size} examples a step; training responses score "
-        f"{rubric_stats['mean_score']:.3f} (with no criterion missed {rubric_stats['reference_score']:.3f}), "
-        f"{rubric_stats['mean_tokens']:.1f} tokens on average"
-    )
-    validation = ProceduralMath(DEFAULT_LEVEL, "test").take(args.eval_n, seed=VALIDATION_SEED)
-    report = ProceduralMath(DEFAULT_LEVEL, "test").take(args.report_n, seed=REPORT_SEED)
-    rubric_validation = ProceduralRubric(split="test").take(args.eval_n, seed=VALIDATION_SEED)
-    rubric_report = ProceduralRubric(split="test").take(args.report_n, seed=REPORT_SEED)
+    env, rubric_env = MathEnv(tok), RubricEnv(tok)
+    sizes = {
+        name: round(args.batch_size * fraction)
+        for name, fraction in (
+            ("rubric", args.rubric_fraction),
+            ("chain", args.chain_fraction),
+            ("hard", args.hard_fraction),
+        )
+    }
+    sizes = {"math": args.batch_size - sum(sizes.values()), **sizes}
+    groups = {  # each group is padded apart: their prompts and responses differ much in length
+        "math": MathExamples(env, args.seed, LEVEL_MIX, args.short_fraction),
+        "rubric": RubricExamples(rubric_env, args.seed + 1, args.rubric_miss),
+        "chain": MathExamples(env, args.seed + 3, {CHAIN_LEVEL: 1.0}, 0.0),
+        "hard": RubricExamples(rubric_env, args.seed + 4, args.hard_miss, preset="hard"),
+    }
+    rubric_stats = {
+        "rubric": rubric_data_stats(
+            RubricExamples(rubric_env, args.seed + 2, args.rubric_miss), TRAINER_BUDGET
+        ),
+        "hard": rubric_data_stats(
+            RubricExamples(rubric_env, args.seed + 5, args.hard_miss, preset="hard"), HARD_BUDGET
+        ),
+    }
+    for name, stats in rubric_stats.items():
+        print(
+            f"{name} data: {sizes[name]} of {args.batch_size} examples a step; training responses score "
+            f"{stats['mean_score']:.3f} (with no criterion missed {stats['reference_score']:.3f}), "
+            f"{stats['mean_tokens']:.1f} tokens on average"
+        )
+    targets = make_targets(args, tok)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -449,11 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     history: list[dict[str, float]] = []
     step, reached = 0, False
     while step < args.max_steps:
-        # Math and rubric examples are padded apart (rubric prompts are ~3x longer); the loss is the mean over
-        # all response tokens of the step, as if they were one batch.
-        parts = [collate([examples.next() for _ in range(args.batch_size - n_rubric)], pad)]
-        if n_rubric:
-            parts.append(collate([rubric_examples.next() for _ in range(n_rubric)], pad))
+        # The loss is the mean over all response tokens of the step, as if the groups were one batch.
+        parts = [collate([groups[g].next() for _ in range(n)], pad) for g, n in sizes.items() if n]
         n_tokens = [int((labels[:, 1:] != -100).sum()) for _, _, labels in parts]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args)
@@ -468,45 +372,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         optimizer.step()
         step += 1
         if step % args.eval_every == 0:
-            val = evaluate_math(
-                model, env, validation, temperature=1.0, seed=args.seed, max_new_tokens=args.max_new_tokens
-            )
-            rub = evaluate_rubric(model, rubric_env, rubric_validation, temperature=1.0, seed=args.seed)
-            history.append(
-                {
-                    "step": step,
-                    "loss": loss.item(),
-                    **{f"sampled_{k}": v for k, v in val.items()},
-                    **{f"rubric_sampled_{k}": v for k, v in rub.items()},
-                }
-            )
+            row: dict[str, float] = {"step": step, "loss": loss.item()}
+            in_band = []
+            for t in targets:
+                val = t.evaluate(model, t.validation, temperature=1.0, seed=args.seed)
+                row.update({f"{t.name}_sampled_{k}": v for k, v in val.items()})
+                in_band.append(t.band[0] <= val[t.metric] <= t.band[1])
+            history.append(row)
+            scores = "  ".join(f"{t.name} {row[f'{t.name}_sampled_{t.metric}']:.3f}" for t in targets)
             print(
-                f"step {step:5d}  loss {loss.item():.4f}  sampled acc {val['accuracy']:.3f}  "
-                f"eos {val['eos_rate']:.2f}  rubric {rub['score']:.3f} (eos {rub['eos_rate']:.2f})  "
-                f"{time.perf_counter() - t_start:6.0f}s",
+                f"step {step:5d}  loss {loss.item():.4f}  {scores}  {time.perf_counter() - t_start:6.0f}s",
                 flush=True,
             )
-            math_ok = args.target_low <= val["accuracy"] <= args.target_high
-            rubric_ok = args.rubric_low <= rub["score"] <= args.rubric_high
-            if step >= args.min_steps and math_ok and rubric_ok:
+            if step >= args.min_steps and all(in_band):
                 reached = True
                 break
     train_seconds = time.perf_counter() - t_start
     if not reached:
-        print(
-            f"warning: sampled math accuracy never lay in [{args.target_low}, {args.target_high}] while the "
-            f"sampled rubric score lay in [{args.rubric_low}, {args.rubric_high}]",
-            file=sys.stderr,
-        )
+        bands = ", ".join(f"{t.name} {t.metric} in {list(t.band)}" for t in targets)
+        print(f"warning: the sampled scores never lay in their bands together ({bands})", file=sys.stderr)
 
-    greedy = evaluate_math(
-        model, env, report, temperature=0.0, seed=args.seed, max_new_tokens=args.max_new_tokens
-    )
-    sampled = evaluate_math(
-        model, env, report, temperature=1.0, seed=args.seed, max_new_tokens=args.max_new_tokens
-    )
-    other_levels = {  # greedy, for the record (level 1 has only ~28 distinct test problems)
-        level: evaluate_math(
+    evaluation: dict[str, Any] = {}
+    for t in targets:
+        evaluation[t.name] = {
+            "held_out": t.held_out,
+            "max_new_tokens": t.budget,
+            "greedy": t.evaluate(model, t.report, temperature=0.0, seed=args.seed),
+            "sampled_temperature_1": t.evaluate(model, t.report, temperature=1.0, seed=args.seed),
+        }
+        print(
+            f"final ({t.name}, {len(t.report)} held-out tasks, {t.budget}-token budget): {t.metric} "
+            f"greedy {evaluation[t.name]['greedy'][t.metric]:.3f}, "
+            f"sampled {evaluation[t.name]['sampled_temperature_1'][t.metric]:.3f}"
+        )
+    evaluation["greedy_accuracy_other_levels"] = {  # level 1 has only ~28 distinct test problems
+        str(level): evaluate_math(
             model,
             env,
             ProceduralMath(level, "test").take(n, seed=REPORT_SEED),
@@ -516,16 +416,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )["accuracy"]
         for level, n in ((1, 20), (3, 200))
     }
-    rubric_greedy = evaluate_rubric(model, rubric_env, rubric_report, temperature=0.0, seed=args.seed)
-    rubric_sampled = evaluate_rubric(model, rubric_env, rubric_report, temperature=1.0, seed=args.seed)
-    print(
-        f"final (step {step}, {len(report)} held-out level-{DEFAULT_LEVEL} problems): "
-        f"greedy accuracy {greedy['accuracy']:.3f} (eos {greedy['eos_rate']:.2f}), "
-        f"sampled accuracy {sampled['accuracy']:.3f} (eos {sampled['eos_rate']:.2f})\n"
-        f"final ({len(rubric_report)} held-out rubric tasks, {rubric_env.max_new_tokens}-token budget): "
-        f"greedy score {rubric_greedy['score']:.3f} (all passed {rubric_greedy['all_passed']:.3f}), "
-        f"sampled score {rubric_sampled['score']:.3f} (all passed {rubric_sampled['all_passed']:.3f})"
-    )
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -538,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sha256 = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(ASSETS / name, out / name)
+    report_math, report_rubric = targets[0].report, targets[2].report
     info = {
         "command": " ".join(
             ["python", "examples/tiny/pretrain.py", *(sys.argv[1:] if argv is None else argv)]
@@ -547,8 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "examples_seen": step * args.batch_size,
         "reached_target_band": reached,
-        "target_band": [args.target_low, args.target_high],
-        "rubric_target_band": [args.rubric_low, args.rubric_high],
+        "target_bands": {t.name: {t.metric: list(t.band)} for t in targets},
         "parameters": n_params,
         "model_sha256": sha256,
         "architecture": {
@@ -563,31 +453,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "training_data": {
             "split": "train",
+            "examples_per_step": sizes,
             "level_mix": {str(k): v for k, v in LEVEL_MIX.items()},
             "short_fraction": args.short_fraction,
-            "response_format": response_text(report[0], False),
+            "response_format": response_text(report_math[0], False),
+            "chain_response_format": response_text(targets[1].report[0], False),
             "rubric": {
-                "examples_per_step": n_rubric,
-                "tasks": "ProceduralRubric(split='train') (1-4 criteria)",
                 "miss_probability_per_criterion": args.rubric_miss,
-                "response_format": rubric_response(rubric_report[0]),
-                **rubric_stats,
+                "response_format": rubric_response(report_rubric[0]),
+                **rubric_stats["rubric"],
+            },
+            "hard": {
+                "miss_probability_per_criterion": args.hard_miss,
+                "response_format": rubric_response(targets[3].report[0]),
+                **rubric_stats["hard"],
             },
         },
         "evaluation": {
-            "held_out": f"ProceduralMath({DEFAULT_LEVEL}, 'test').take({args.report_n}, seed={REPORT_SEED})",
-            "scoring": "exact match of the last \\boxed{} with the gold answer",
-            "max_new_tokens": args.max_new_tokens,
-            "greedy": greedy,
-            "sampled_temperature_1": sampled,
-            "greedy_accuracy_other_levels": {str(k): v for k, v in other_levels.items()},
-            "rubric": {
-                "held_out": f"ProceduralRubric(split='test').take({args.report_n}, seed={REPORT_SEED})",
-                "scoring": "RubricEnv reward: the mean of the criterion scores (reward_mode='partial')",
-                "max_new_tokens": rubric_env.max_new_tokens,
-                "greedy": rubric_greedy,
-                "sampled_temperature_1": rubric_sampled,
-            },
+            "scoring": "math and chain: exact match of the last \\boxed{} with the gold answer; rubric and hard: "
+            "the RubricEnv reward, the mean of the criterion scores (reward_mode='partial')",
+            **evaluation,
         },
         "history": history,
         "train_seconds": round(train_seconds, 1),

@@ -10,13 +10,14 @@ from creditgym.agents.config import TrainConfig
 from creditgym.agents.trainer import train
 
 # Held-out accuracy is greedy decoding on 200 fixed test-split problems, so "before" and "after" are measured on
-# the same problems and the seed fixes the run. On the 2-core development machine 60 steps of the default config
-# took the tiny model from 0.480 to 0.640 / 0.635 / 0.685 (seeds 0 / 1 / 2: gains of 0.155 to 0.205). A fixed seed
-# makes the run deterministic on one machine; the margin, under half the smallest gain of the three seeds, leaves
-# room for another CPU's float rounding to change the trajectory. By chance alone (200 problems, p = 0.48), a gain
-# of 0.07 is about 1.4 standard errors of an unpaired difference (more of the paired one: the same problems), so
+# the same problems and the seed fixes the run. On the 2-core development machine (three runs at once, one torch
+# thread each) 60 steps of the default config took the tiny model (weights sha256 d6f54065...) from 0.435 to
+# 0.650 / 0.675 / 0.670 (seeds 0 / 1 / 2: gains of 0.215 to 0.240). A fixed seed makes the run deterministic on
+# one machine; the margin, under half the smallest gain of the three seeds, leaves room for another CPU's (or
+# thread count's) float rounding to change the trajectory. By chance alone (200 problems, p = 0.435), a gain of
+# 0.10 is about 2 standard errors of an unpaired difference (more of the paired one: the same problems), so
 # passing is evidence of learning, not noise.
-MARGIN = 0.07
+MARGIN = 0.10
 
 
 @pytest.mark.slow

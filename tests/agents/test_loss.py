@@ -1,4 +1,4 @@
-"""Loss functions: aggregation modes, asymmetric clipping, gradients, KL estimators, value loss (hand cases)."""
+"""Loss functions: aggregation modes, asymmetric clipping, DIS, gradients, KL estimators, value loss (hand cases)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import math
 import pytest
 import torch
 
-from creditgym.agents.loss import AGG_MODES, aggregate, kl_penalty, policy_loss, value_loss
+from creditgym.agents.config import TrainConfig
+from creditgym.agents.loss import (
+    AGG_MODES,
+    DIS_RANGE,
+    actor_loss,
+    aggregate,
+    dis_loss,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+)
 
 # two sequences of 3 and 1 policy tokens, and a padding row
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
@@ -112,6 +122,78 @@ def test_policy_loss_validation() -> None:
         policy_loss(x, x, torch.zeros(2, 2), mask)
     with pytest.raises(TypeError, match=r"mask: expected a bool tensor.*\.bool\(\)"):
         policy_loss(x, x, x, mask.float())
+
+
+def dis_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ratios on both sides of and exactly at DIS's range [0.7, 6.0], both signs of A, a masked token."""
+    rho = [1.5, 0.5, 0.7, 6.0, 7.0, 3.0, 0.69, 2.0]
+    A = [1.0, -1.0, 2.0, -0.5, 1.0, -1.0, 1.0, 9.0]
+    old = torch.full((1, 8), -1.0, dtype=torch.float64)
+    logprobs = (old + torch.tensor([[math.log(r) for r in rho]], dtype=torch.float64)).requires_grad_()
+    mask = torch.tensor([[True] * 7 + [False]])
+    return logprobs, old, torch.tensor([A], dtype=torch.float64), mask
+
+
+def test_dis_gradient_and_range_mask_by_hand() -> None:
+    logprobs, old, A, mask = dis_case()
+    assert DIS_RANGE == (0.7, 6.0)
+    loss, metrics = dis_loss(logprobs, old, A, mask)
+    # kept: 0.7 <= rho <= 6.0 (ends included) -> tokens 0, 2, 3, 5; masked: 0.5, 7.0, 0.69 and the padding
+    # l_t = -m rho A: -1.5, 0, -1.4, +3.0, 0, +3.0, 0 over 7 policy tokens (token-mean)
+    assert loss.item() == pytest.approx((-1.5 - 1.4 + 3.0 + 3.0) / 7)
+    loss.backward()
+    assert logprobs.grad is not None
+    # d l_t / d logp_t = -m_t rho_t A_t / 7: the stop-gradient weight times the score function
+    expected = torch.tensor([[-1.5, 0.0, -1.4, 3.0, 0.0, 3.0, 0.0, 0.0]], dtype=torch.float64) / 7
+    torch.testing.assert_close(logprobs.grad, expected)
+    assert metrics["actor/is_mask_frac_low"] == pytest.approx(2 / 7)
+    assert metrics["actor/is_mask_frac_high"] == pytest.approx(1 / 7)
+    # PPO clips where DIS keeps the gradient: rho 1.5 with A > 0 (and rho 3.0 with A < 0 stays in both)
+    logprobs.grad = None
+    policy_loss(logprobs, old, A, mask, clip_low=0.2, clip_high=0.28)[0].backward()
+    assert logprobs.grad is not None and logprobs.grad[0, 0] == 0 and expected[0, 0] != 0
+
+
+def test_dis_is_the_gradient_of_the_stop_gradient_weighted_log_likelihood() -> None:
+    gen = torch.Generator().manual_seed(1)
+    mask = torch.rand(3, 6, generator=gen) < 0.8
+    old = -torch.rand(3, 6, generator=gen, dtype=torch.float64)
+    logprobs = (old + 0.8 * torch.randn(3, 6, generator=gen, dtype=torch.float64)).requires_grad_()
+    A = torch.randn(3, 6, generator=gen, dtype=torch.float64)
+    for agg in AGG_MODES:
+        loss, _ = dis_loss(logprobs, old, A, mask, is_range=(0.5, 2.0), agg=agg)
+        (grad,) = torch.autograd.grad(loss, logprobs)
+        w = (logprobs - old).exp().detach()
+        keep = (w >= 0.5) & (w <= 2.0)
+        reference = aggregate(-torch.where(keep, w, 0.0) * A * logprobs, mask, agg)  # -sg(m rho) A log pi
+        (want,) = torch.autograd.grad(reference, logprobs)
+        torch.testing.assert_close(grad, want)
+        assert ((w < 0.5) | (w > 2.0)).any() and (grad[mask & ~keep] == 0).all()
+
+
+def test_dis_on_policy_is_reinforce_and_validation() -> None:
+    logprobs = (-torch.rand(2, 4)).requires_grad_()
+    A, mask = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, 1.0, -1.0]]), torch.ones(2, 4, dtype=torch.bool)
+    loss, metrics = dis_loss(logprobs, logprobs.detach().clone(), A, mask)
+    loss.backward()
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, -A / 8)  # rho = 1: plain REINFORCE, token-mean
+    assert metrics["actor/ratio_mean"] == pytest.approx(1.0) and metrics["actor/is_mask_frac_low"] == 0.0
+    with pytest.raises(ValueError, match="0 <= lo <= 1 <= hi"):
+        dis_loss(logprobs, logprobs, A, mask, is_range=(1.2, 6.0))
+
+
+def test_actor_loss_follows_the_config() -> None:
+    logprobs, old, A, mask = dis_case()
+    for name, fn in (("ppo", policy_loss), ("dis", dis_loss)):
+        cfg = TrainConfig(loss=name, clip_low=0.1, clip_high=0.3, loss_agg="seq-mean-token-sum")
+        kwargs = {"clip_low": 0.1, "clip_high": 0.3} if name == "ppo" else {}
+        got, _ = actor_loss(logprobs, old, A, mask, cfg)
+        want, _ = fn(logprobs, old, A, mask, agg="seq-mean-token-sum", **kwargs)  # type: ignore[operator]
+        assert got.item() == want.item()
+    assert TrainConfig().loss == "ppo"
+    with pytest.raises(ValueError, match=r"TrainConfig\.loss must be one of"):
+        TrainConfig(loss="grpo")
 
 
 def test_kl_penalty_hand_values() -> None:

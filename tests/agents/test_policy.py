@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from creditgym.agents.backends import GenerationBackend, HFBackend, VLLMBackend
-from creditgym.agents.policy import Policy, ValueHead, load_policy
+from creditgym.agents.policy import Policy, load_policy
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import ProceduralMath
 
@@ -212,47 +212,31 @@ def test_forward_logprobs_keeps_the_graph_and_aligns_tokens(policy: Policy, prom
         )
 
 
-def test_value_head(policy: Policy, prompts, tmp_path: Path) -> None:
-    head = ValueHead(16, mlp_size=8)
-    hidden = torch.randn(2, 5, 16, requires_grad=True)
-    assert head.values(hidden).shape == (2, 5)
-    head(hidden).sum().backward()
-    assert hidden.grad is None  # detached by default
-    valued = load_policy("creditgym/tiny", device="cpu", value_head=True)
-    h = valued.model.config.hidden_size
-    assert valued.value_head is not None and valued.value_head.hidden_size == h
-    conts = [p[-4:] for p in prompts[:3]]
-    out = valued.logprobs(prompts[:3], conts, return_values=True, return_hidden=True)
-    assert out.values is not None and out.values.shape == (3, 4)
-    assert (out.values == 0).all()  # zero-initialised output layer
-    assert out.hidden is not None and out.hidden.shape == (3, 4, h) and out.middle_hidden.shape == (3, 4, h)
+def test_attention_statistics_and_hidden_states(policy: Policy, prompts) -> None:
+    seqs = [p + p[-6:] for p in prompts[:4]]
+    width = max(len(s) for s in seqs)
+    ids, att = torch.zeros(4, width, dtype=torch.long), torch.zeros(4, width, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    n, h = policy.num_layers, policy.model.config.hidden_size
     with torch.no_grad():
-        valued.value_head.net.bias.fill_(0.5)
-    valued.save(tmp_path / "ckpt")
-    assert (tmp_path / "ckpt" / "value_head.safetensors").is_file()
-    again = load_policy(tmp_path / "ckpt", device="cpu", value_head=True)
-    torch.testing.assert_close(
-        again.logprobs(prompts[:3], conts, return_values=True).values, out.values + 0.5
-    )
-    torch.testing.assert_close(again.logprobs(prompts[:3], conts).logprobs, out.logprobs)
-    with pytest.raises(ValueError, match="value head"):
-        policy.logprobs(prompts[:1], conts[:1], return_values=True)
-
-
-def test_attention_statistics(policy: Policy, prompts) -> None:
-    conts = [p[-6:] for p in prompts[:4]]
-    plain = policy.logprobs(prompts[:4], conts)
-    out = policy.logprobs(prompts[:4], conts, attention_layers=[0, -1], batch_size=2)
-    n = policy.num_layers
+        plain = policy.forward_logprobs(ids, att)
+        out = policy.forward_logprobs(ids, att, attention_layers=[0, -1], return_hidden=True)
     assert out.attention_entropy is not None and sorted(out.attention_entropy) == [0, n - 1]
     for stat in out.attention_entropy.values():
-        assert stat.shape == (4, 6)
+        assert stat.shape == (4, width)
         assert ((stat >= 0) & (stat <= 1 + 1e-5)).all()
-        assert (stat[out.mask] > 0).all()
+        assert (stat[out.mask & (torch.arange(width) > 1)] > 0).all()  # two or more keys: some spread
+        assert (stat[~out.mask] == 0).all()
+    assert (
+        out.hidden is not None
+        and out.hidden.shape == (4, width, h)
+        and out.middle_hidden.shape == (4, width, h)
+    )
     assert policy.model.config._attn_implementation != "eager"  # restored after the call
     torch.testing.assert_close(out.logprobs, plain.logprobs, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="out of range"):
-        policy.logprobs(prompts[:1], conts[:1], attention_layers=[n])
+        policy.forward_logprobs(ids, att, attention_layers=[n])
 
 
 def test_missing_model_paths_raise_file_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,7 +120,40 @@ def test_corrupted_checkpoint_is_refused_and_named(tmp_path: Path) -> None:
         _train_cmd(tmp_path, "--resume", "--steps", "6"), capture_output=True, text=True, timeout=600
     )
     assert res.returncode != 0 and "state.pt" in res.stderr and "SHA-256" in res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.strip().splitlines() == [
+        f"creditgym train: checkpoint {ckpt}: {state} does not match its SHA-256 in {ckpt / 'manifest.json'}"
+    ]  # one line, the file named
     assert state.read_bytes() == bytes(data)  # untouched: nothing overwrote it
+
+
+def test_a_checkpoint_is_data_never_code(tmp_path: Path) -> None:
+    """A checkpoint whose state would run code when unpickled is refused (weights_only), as is an empty manifest."""
+    import json as _json
+
+    from creditgym.agents.checkpoint import MANIFEST, STATE, _sha256, save_checkpoint
+
+    marker = tmp_path / "pwned"
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, {"model": {}, "payload": _Payload(str(marker))})
+    with pytest.raises(CorruptCheckpointError, match="not plain data"):
+        load_checkpoint(ckpt)
+    assert not marker.exists()  # the payload's code never ran
+    manifest = ckpt / MANIFEST
+    manifest.write_text(_json.dumps({"step": 1, "files": {}}))
+    with pytest.raises(CorruptCheckpointError, match=f"lists no {STATE}"):
+        load_checkpoint(ckpt)
+    manifest.write_text(_json.dumps({"step": 1, "files": {STATE: _sha256(ckpt / STATE)}}))
+    with pytest.raises(CorruptCheckpointError, match="not plain data"):
+        load_checkpoint(ckpt)  # intact and listed, still refused
+
+
+class _Payload:
+    """Unpickling this would create a file: what a malicious checkpoint could do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Path.touch, (Path(self.path),))
 
 
 def test_nan_loss_stops_clearly_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
@@ -191,9 +224,10 @@ def test_each_credit_module_trains_end_to_end(name: str, tmp_path: Path) -> None
     assert any(k.startswith(f"credit/{name}/") for k in rows[1])
     module = get(name)
     assert rows[1]["time/signals_s"] is not None  # what the module declared was computed, and timed
-    if module.critic:  # the value head is trained and saved beside the model
+    if module.critic:  # the value head (pact: the critic model) is trained and saved beside the model
         assert rows[1]["critic/vf_loss"] is not None
-        assert (tmp_path / "final" / "value_head.safetensors").is_file()
+        saved = ("critic_model" if name == "pact" else "value_head") + ".safetensors"
+        assert (tmp_path / "final" / saved).is_file()
     if module.critic_signals:  # the critic phase ran after the actor update
         assert rows[1]["time/critic_phase_s"] is not None and rows[1]["critic/target_mask_frac"] > 0
 

@@ -1,0 +1,45 @@
+"""Graceful stops: the first Ctrl-C / SIGTERM asks a long job to finish its unit of work and save; a second one
+interrupts at once. Used by the trainer (finish the step, checkpoint) and ``creditgym compare``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+
+class GracefulStop:
+    """While active (a context manager), the first SIGINT/SIGTERM sets ``requested``; a second raises
+    ``KeyboardInterrupt``. Outside the main thread it installs nothing (signals reach only the main thread).
+
+    Args:
+        message: Printed on the first signal (``{signum}`` is filled in); None prints nothing.
+        on_request: Called once on the first signal (e.g. to forward it to child processes).
+    """
+
+    def __init__(self, message: str | None = None, on_request: Callable[[int], None] | None = None) -> None:
+        self.requested = False
+        self.message, self.on_request = message, on_request
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.message is not None:
+            print(self.message.format(signum=signum), flush=True)
+        if self.on_request is not None:
+            self.on_request(signum)
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
