@@ -1,0 +1,340 @@
+"""Monte-Carlo values of response prefixes and the token advantages they define (``creditgym probe``, ``vine``).
+
+For response ``i`` (``T_i`` policy tokens) and a probed position ``t`` (the prefix: prompt and first ``t`` response
+tokens), ``V(i, t)`` is the mean reward of ``K`` continuations sampled from that prefix with the same policy and
+temperature: each is a fork of the episode's env (``TokenEnv.fork``) played to its end by `play`, many forks per
+batched generation. ``V(i, T_i) = R_i``, the response's own reward. The probed positions cut a response into
+segments (every token, every ``k``-th, or steps that end with a newline); the segment from ``p_s`` to
+``p_{s+1}`` has the step advantage ``V(i, p_{s+1}) - V(i, p_s)``, and its tokens share it:
+
+* `vine` (VinePPO, arXiv 2410.01679, Sec. 4) gives every token of a step the whole step advantage, the policy
+  gradient of the step's log-probability;
+* the probe's ground truth ``A*(i, t)`` spreads it evenly over the step's tokens, so that A* sums along a response
+  to ``R_i - V(i, 0)`` whatever the positions.
+
+With every token probed the two coincide: ``A*(i, t) = V(i, t+1) - V(i, t)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from creditgym.agents.backends import GenerationBackend
+from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play
+from creditgym.agents.signals import SignalProvider, StepContext, register_provider
+from creditgym.envs.core import Forkable, Source, TokenEnv
+
+__all__ = [
+    "MCEstimate",
+    "MonteCarloValues",
+    "check_forkable",
+    "check_one_turn",
+    "check_sampler",
+    "plan",
+    "reuse_rewards",
+    "sample_continuations",
+    "segment_starts",
+]
+
+#: Forks generated together (one batched generation of at most this many rows).
+DEFAULT_ROWS = 256
+
+
+def check_forkable(env: Any, env_id: str) -> None:
+    """Raise a `ValueError` naming the env and what it lacks unless it can fork inside an episode (`Forkable`)."""
+    if not isinstance(env, Forkable):
+        raise ValueError(
+            f"env {env_id!r} ({type(env).__name__}) cannot fork: Monte-Carlo values need the Forkable capability "
+            "(creditgym.envs.Forkable: a fork(n) method continuing the episode from its first n tokens, and "
+            "forks_mid_episode = True); subclass creditgym.envs.TokenEnv, whose fork copies the ledger prefix"
+        )
+    if not env.forks_mid_episode:
+        raise ValueError(
+            f"env {env_id!r} ({type(env).__name__}) cannot fork inside an episode (forks_mid_episode is False: "
+            "part of its state lives outside the ledger, e.g. a sandbox), so fork(n) cannot continue a response "
+            "from a prefix; Monte-Carlo values need an env such as creditgym/Math-v0 or creditgym/Rubric-v0"
+        )
+
+
+def check_sampler(policy: Any) -> None:
+    """Raise a `ValueError` unless ``policy`` can sample continuations of token prefixes (a generation backend)."""
+    if not isinstance(getattr(policy, "backend", None), GenerationBackend):
+        raise ValueError(
+            f"{type(policy).__name__} cannot sample continuations from a prefix: Monte-Carlo values need a "
+            "creditgym.agents.policy.Policy (a model with a generation backend: backend.generate(prompts, ...)), "
+            "not a scripted or remote agent"
+        )
+
+
+def check_one_turn(episodes: Sequence[Episode], env_id: str, turn_budget: int | None) -> None:
+    """Refuse multi-turn episodes unless a turn budget bounds the continuations (their length is unbounded)."""
+    if turn_budget is not None:
+        return
+    for ep in episodes:
+        led = ep.env.ledger
+        if int(np.count_nonzero(led.source == Source.ENV)) or len(np.unique(led.turn[led.policy_mask])) > 1:
+            raise ValueError(
+                f"env {env_id!r} is multi-turn (an episode has several policy turns or env tokens): each "
+                "continuation would play every remaining turn, so give a turn budget (--max-turns N, passed to "
+                "the env as max_turns) to bound them"
+            )
+
+
+def segment_starts(
+    token_ids: np.ndarray, turns: np.ndarray, every: int | None, is_newline: Callable[[int], bool]
+) -> np.ndarray:
+    """Where a response's segments start, as indices into its ``n`` policy tokens (``0`` always first).
+
+    Args:
+        token_ids: ``(n,)`` the response's policy tokens.
+        turns: ``(n,)`` their turns (a new turn always starts a segment).
+        every: Start a segment every ``every`` tokens; None: after each token whose text holds a newline.
+        is_newline: Whether a token id's text holds a newline.
+    """
+    n = len(token_ids)
+    if every is not None:
+        cut = np.arange(n) % every == 0
+    else:
+        cut = np.zeros(n, dtype=bool)
+        cut[1:] = [is_newline(int(t)) for t in token_ids[:-1]]
+    cut[1:] |= turns[1:] != turns[:-1]
+    cut[:1] = True
+    return np.flatnonzero(cut)
+
+
+@dataclass
+class MCEstimate:
+    """``K`` continuation rewards at each segment start of each response; NaN until sampled.
+
+    Attributes:
+        episodes: The responses; their envs hold the ledgers the continuations fork from.
+        policy_index: Per response, the ledger index of each of its ``n_i`` policy tokens.
+        starts: Per response, its segment starts ``(S_i,)`` as indices into its policy tokens (`segment_starts`).
+        rewards: Per response, ``(S_i, K)`` rewards of the continuations from each start (NaN: not sampled yet,
+            or an infrastructure fault; such a continuation is left out of the mean).
+    """
+
+    episodes: list[Episode]
+    policy_index: list[np.ndarray]
+    starts: list[np.ndarray]
+    rewards: list[np.ndarray]
+
+    @property
+    def k(self) -> int:
+        return self.rewards[0].shape[1] if self.rewards else 0
+
+    @property
+    def total(self) -> int:
+        """Continuations to sample."""
+        return sum(r.size for r in self.rewards)
+
+    @property
+    def done(self) -> int:
+        """Continuations sampled so far."""
+        return sum(int(np.count_nonzero(~np.isnan(r))) for r in self.rewards)
+
+    def values(self, columns: slice = slice(None)) -> list[np.ndarray]:
+        """Per response ``(S_i + 1,)``: V at each segment start (mean over ``columns`` of K), then ``R_i``."""
+        out = []
+        for i, (ep, r) in enumerate(zip(self.episodes, self.rewards, strict=True)):
+            part = r[:, columns]
+            empty = np.isnan(part).all(1)
+            if empty.any():
+                raise RuntimeError(
+                    f"response {i}: no continuation from segment {int(np.argmax(empty))} has a reward (not "
+                    "sampled, or every one hit an infrastructure fault)"
+                )
+            out.append(np.append(np.nanmean(part, 1), ep.reward))
+        return out
+
+    def step_values(self, columns: slice = slice(None)) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per response and policy token: V at its segment's start, V at the next segment's start, segment length."""
+        out = []
+        for v, s, idx in zip(self.values(columns), self.starts, self.policy_index, strict=True):
+            bounds = np.append(s, len(idx))
+            lengths = np.diff(bounds)
+            seg = np.repeat(np.arange(len(s)), lengths)  # (n,) the segment of each token
+            out.append((v[seg], v[seg + 1], lengths[seg].astype(np.float64)))
+        return out
+
+    def token_advantages(self, columns: slice = slice(None)) -> list[np.ndarray]:
+        """Per response ``(n_i,)``: A*, each segment's ``V(next) - V(start)`` spread evenly over its tokens."""
+        return [(end - start) / length for start, end, length in self.step_values(columns)]
+
+    def split_half(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A* from the first ``K // 2`` continuations and from the rest: two independent estimates."""
+        half = self.k // 2
+        return self.token_advantages(slice(0, half)), self.token_advantages(slice(half, None))
+
+    def signal(self, shape: tuple[int, int]) -> Tensor:
+        """``(B, T, 2)`` float32 aligned with the rollout batch: V at the start and at the end of each policy
+        token's step (the ``mc_values`` signal); 0 elsewhere."""
+        out = torch.zeros((*shape, 2), dtype=torch.float32)
+        for row, (idx, (start, end, _)) in enumerate(zip(self.policy_index, self.step_values(), strict=True)):
+            out[row, torch.from_numpy(idx), 0] = torch.from_numpy(start).float()
+            out[row, torch.from_numpy(idx), 1] = torch.from_numpy(end).float()
+        return out
+
+
+def _newline_test(tokenizer: Any) -> Callable[[int], bool]:
+    cache: dict[int, bool] = {}
+
+    def is_newline(token: int) -> bool:
+        if token not in cache:
+            cache[token] = "\n" in tokenizer.decode([token])
+        return cache[token]
+
+    return is_newline
+
+
+def plan(episodes: Sequence[Episode], k: int, every: int | None) -> MCEstimate:
+    """The segments of every response and an empty ``(S_i, k)`` reward table for each (`sample_continuations`).
+
+    Raises:
+        ValueError: ``k < 1``, ``every < 1``, or a response without policy tokens.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"K (continuations per prefix) must be an int >= 1, got {k!r}")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ValueError(
+            f"every must be an int >= 1 (1 = every token) or None (newline steps), got {every!r}"
+        )
+    index, starts = [], []
+    for i, ep in enumerate(episodes):
+        led = ep.env.ledger
+        idx = np.flatnonzero(led.policy_mask)
+        if idx.size == 0:
+            raise ValueError(f"response {i} has no policy token to probe")
+        index.append(idx)
+        starts.append(
+            segment_starts(led.token_id[idx], led.turn[idx], every, _newline_test(ep.env.tokenizer))
+        )
+    rewards = [np.full((len(s), k), np.nan) for s in starts]
+    return MCEstimate(list(episodes), index, starts, rewards)
+
+
+class _Unscored:
+    """``Policy.sample`` without its log-prob pass: a continuation only needs its reward."""
+
+    def __init__(self, policy: Any) -> None:
+        self.backend = policy.backend
+
+    def sample(self, prompts: list[list[int]], **kwargs: Any) -> SimpleNamespace:
+        return SimpleNamespace(tokens=self.backend.generate(prompts, **kwargs), logprobs=None)
+
+
+def sample_continuations(
+    est: MCEstimate,
+    policy: Any,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    rows: int = DEFAULT_ROWS,
+    on_progress: Callable[[int], None] | None = None,
+) -> RolloutStats:
+    """Fill ``est.rewards`` in place: ``K`` forks of every still-missing segment start, played to their ends.
+
+    Forks are played ``rows`` at a time (one `play` call, batched generation), longest remaining responses first
+    so that a batch's rows finish together; ``on_progress(n)`` is called after each batch with the number of
+    continuations it finished. Interrupted (Ctrl-C), ``est`` keeps every batch finished so far.
+    """
+    check_sampler(policy)
+    k = est.k
+    todo = [
+        (i, s)
+        for i, r in enumerate(est.rewards)
+        for s in range(len(r))
+        if np.isnan(r[s]).all()  # a start still to sample (a faulted continuation is not retried)
+    ]
+    todo.sort(key=lambda item: -(len(est.policy_index[item[0]]) - est.starts[item[0]][item[1]]))
+    per_batch = max(1, rows // max(k, 1))
+    agent_stats = RolloutStats()
+    agent = PolicyAgent(
+        _Unscored(policy), temperature=temperature, top_p=top_p, generator=generator, stats=agent_stats
+    )
+    for lo in range(0, len(todo), per_batch):
+        items = todo[lo : lo + per_batch]
+        forks: list[TokenEnv] = []
+        for i, s in items:
+            n = int(est.policy_index[i][est.starts[i][s]])
+            forks += [est.episodes[i].env.fork(n) for _ in range(k)]
+        played = play(agent, forks, [0] * len(forks), stats=agent_stats)
+        got = np.array([math.nan if ep.infra_error else ep.reward for ep in played]).reshape(len(items), k)
+        for (i, s), r in zip(items, got, strict=True):
+            est.rewards[i][s] = r
+        if on_progress is not None:
+            on_progress(len(forks))
+    return agent_stats
+
+
+@register_provider("mc_values")
+class MonteCarloValues(SignalProvider):
+    """``mc_values`` (B, T, 2): for each policy token, V at the start and at the end of its step, each the mean
+    reward of ``k`` continuations sampled (at the run's temperature and top-p) from that prefix; the end of the
+    last step is the response's reward. Steps start every ``every`` tokens, or after each newline when
+    ``every`` is None (module docstring)."""
+
+    params = ("k", "every")
+
+    def check(self) -> None:
+        check_forkable(self.run.env, self.run.env_id)
+        check_sampler(self.run.policy)
+
+    @torch.no_grad()
+    def compute(self, step: StepContext) -> Tensor:
+        est = plan(step.episodes, self.params["k"], self.params["every"])
+        cfg = self.run.cfg
+        sample_continuations(
+            est, step.policy, temperature=cfg.temperature, top_p=cfg.top_p, generator=step.generator
+        )
+        out = est.signal(tuple(step.batch.input_ids.shape))  # type: ignore[arg-type]
+        return out.to(step.policy_mask.device) * step.policy_mask.unsqueeze(-1)
+
+
+#: ``probe.json["config"]`` fields that fix the batch and its continuations: a reused A* must agree on all.
+SAME_BATCH = ("env_id", "env_kwargs", "model", "checkpoint_step", "prompts", "group", "k", "every", "seed")
+SAME_BATCH += ("temperature", "top_p", "max_new_tokens", "max_turns")
+
+
+def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill ``est.rewards`` from the complete ``probe.json`` at ``path``; returns its timing (the rollouts' cost).
+
+    Raises:
+        ValueError: the file is not a complete probe, its settings differ (named), or a response's tokens or
+            probed positions differ from this batch's.
+    """
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"reuse: cannot read {path} as a probe.json ({e})") from e
+    if not old.get("complete"):
+        raise ValueError(f"reuse: {path} is an incomplete probe (complete: false); rerun it without reuse")
+    differ = {
+        k: (old["config"].get(k), settings.get(k))
+        for k in SAME_BATCH
+        if old["config"].get(k) != settings.get(k)
+    }
+    if differ:
+        raise ValueError(f"reuse: {path} probed another batch; (saved, now) per differing setting: {differ}")
+    rows = old["responses"]
+    if len(rows) != len(est.episodes):
+        raise ValueError(f"reuse: {path} has {len(rows)} responses, this batch {len(est.episodes)}")
+    for i, (row, ep) in enumerate(zip(rows, est.episodes, strict=True)):
+        tokens = [ep.env.tokenizer.decode([t]) for t in ep.env.ledger.token_id[est.policy_index[i]].tolist()]
+        if row["tokens"] != tokens or list(row["starts"]) != est.starts[i].tolist():
+            raise ValueError(
+                f"reuse: response {i} of {path} differs from this batch's (tokens or probed positions)"
+            )
+        est.rewards[i] = np.array(row["continuation_rewards"], dtype=np.float64).reshape(est.rewards[i].shape)
+    return {**old["timing"], "reused_from": str(path)}
