@@ -1,42 +1,57 @@
 """``creditgym compare``: train every (credit module or variant, seed) with one budget, report held-out scores.
 
-Each run is a ``creditgym train`` subprocess writing into ``DIR/runs/<label-slug>/seed<k>/``, so runs are isolated,
-run in parallel (``workers``), and resume: a run whose ``summary.json`` holds all the steps is reused, a run with a
-checkpoint continues with ``--resume``, and a failed run is reported with its ``train.log`` while the others go on.
-The held-out curve of each run is the trainer's own (``eval_every``, ``eval_episodes``: greedy, the test split).
+A study (`CompareConfig`) is its entries, its seeds and the `TrainConfig` overrides every run shares (``train``:
+field -> value, any train knob). Each run is a ``creditgym train`` child given those overrides as its flags
+(`train_argv`) and writing into ``DIR/runs/<label-slug>/seed<k>/``, so runs are isolated, run in parallel, and
+resume: a run whose ``summary.json`` holds all the steps is reused, a run with a checkpoint continues with
+``--resume``, a run folder made with other settings is refused, and a failed run is reported with its
+``train.log`` while the others go on. Where the runs go is a `Runner` (``creditgym.agents.scheduler``): local
+subprocesses, or Ray tasks with ``--ray``. The held-out curve of each run is the trainer's own (``eval_every``,
+``eval_episodes``).
 
 A study entry is a module name or a variant ``name:key=value[;key=value]`` of its config (``cort:normalize=false``,
 ``compo:gate=shuffled``); values are JSON, falling back to a string. The label is the string as given. ``grpo`` is
 the baseline of the paired differences and step-time ratios (the first entry when ``grpo`` is absent).
 
 The report (``results.json``, ``summary.md``, ``curves.png``) is rebuilt from the run folders alone, so
-``--report-only`` can redo it at any time, and ``summary_markdown(results)`` is a pure function of ``results.json``.
+``--report-only`` can redo it at any time, and ``summary_markdown(results)`` is a pure function of ``results.json``
+(statistics: ``creditgym.agents.stats``; the plot: ``creditgym.agents.plots.study_png``).
+
+``results.json`` is the checkable record of every run (its form, summary and table: ``creditgym.agents.results``).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import re
-import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from creditgym.agents.config import TrainConfig
+from creditgym.agents.plots import study_png
+from creditgym.agents.results import (
+    BASELINE,
+    FINISHED,
+    FORMAT,
+    STATUS,
+    config_hash,
+    probe_figures,
+    summarize,
+    summary_markdown,
+    upgrade_config,
+    upgrade_results,
+)
+from creditgym.agents.scheduler import RUN_LOG, LocalRunner, RunJob, Runner, RunOutcome
+from creditgym.agents.stats import mean
+from creditgym.agents.train_flags import json_or_str, parse_train_argv, train_argv
 
-BASELINE = "grpo"
 RESULTS, SUMMARY, CURVES, CONFIG = "results.json", "summary.md", "curves.png", "config.json"
-RUN_RECORD, RUN_LOG = "compare.json", "train.log"  # per run folder, next to the trainer's own files
+RUN_RECORD = "compare.json"  # per run folder, next to the trainer's own files and its train.log
 
 # -- entries -----------------------------------------------------------------------------------------------------
 
@@ -76,13 +91,6 @@ def split_entries(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def _json_or_str(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
 def parse_entry(label: str) -> Entry:
     """Parse ``name`` or ``name:key=value[;key=value]``, checked against the module's config.
 
@@ -107,7 +115,7 @@ def parse_entry(label: str) -> Entry:
             raise ValueError(f"entry {label!r}: expected name:key=value[;key=value], got {pair!r}")
         if key not in known:
             raise ValueError(f"entry {label!r}: {config.__name__} has no field {key!r}; its fields: {known}")
-        kwargs[key] = _json_or_str(raw.strip())
+        kwargs[key] = json_or_str(raw.strip())
     if spec and not kwargs:
         raise ValueError(f"entry {label!r}: nothing after ':'; expected name:key=value[;key=value]")
     try:
@@ -115,80 +123,6 @@ def parse_entry(label: str) -> Entry:
     except (TypeError, ValueError) as e:
         raise ValueError(f"entry {label!r}: {config.__name__} refuses {kwargs}: {e}") from e
     return Entry(label.strip(), name, kwargs)
-
-
-# -- statistics ----------------------------------------------------------------------------------------------------
-
-# Two-sided 95% quantiles t_{0.975, df} of Student's t for df = 1..30 (checked against mpmath to 1e-9).
-_T975 = (
-    12.70620474, 4.30265273, 3.18244631, 2.77644511, 2.57058184, 2.44691185, 2.36462425, 2.30600414,
-    2.26215716, 2.22813885, 2.20098516, 2.17881283, 2.16036866, 2.14478669, 2.13144955, 2.11990530,
-    2.10981558, 2.10092204, 2.09302405, 2.08596345, 2.07961384, 2.07387307, 2.06865761, 2.06389856,
-    2.05953855, 2.05552944, 2.05183052, 2.04840714, 2.04522964, 2.04227246,
-)  # fmt: skip
-
-
-def t_quantile(df: int) -> float:
-    """``t_{0.975, df}``: scipy when installed, else the table (df <= 30) or a Cornish-Fisher expansion (error
-    < 1e-5 beyond)."""
-    if df < 1:
-        raise ValueError(f"t_quantile: df must be >= 1, got {df}")
-    try:
-        from scipy import stats
-    except ImportError:
-        if df <= len(_T975):
-            return _T975[df - 1]
-        z = 1.959963984540054
-        return (
-            z
-            + (z**3 + z) / (4 * df)
-            + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-        )
-    return float(stats.t.ppf(0.975, df))
-
-
-def mean(xs: Sequence[float]) -> float:
-    """The arithmetic mean of a non-empty sequence."""
-    if not xs:
-        raise ValueError("mean of an empty sequence")
-    return math.fsum(xs) / len(xs)
-
-
-def t_interval(xs: Sequence[float]) -> tuple[float, float] | None:
-    """95% t-interval of the mean, ``mean -/+ t_{0.975, n-1} * s / sqrt(n)``; None when ``n < 2``."""
-    n = len(xs)
-    if n < 2:
-        return None
-    m = mean(xs)
-    s = math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1))
-    half = t_quantile(n - 1) * s / math.sqrt(n)
-    return (m - half, m + half)
-
-
-def paired_difference(
-    xs: Mapping[int, float], base: Mapping[int, float]
-) -> tuple[float | None, tuple[float, float] | None, int]:
-    """Mean of ``xs[s] - base[s]`` over the seeds ``s`` both have, its 95% t-interval, and the number of pairs."""
-    shared = sorted(set(xs) & set(base))
-    diffs = [xs[s] - base[s] for s in shared]
-    return (mean(diffs) if diffs else None), t_interval(diffs), len(diffs)
-
-
-def curve_stats(curves: Sequence[Sequence[Sequence[float]]]) -> list[tuple[int, float, float, float]]:
-    """Per evaluation step over several runs' ``[[step, score], ...]``: ``(step, mean, lo, hi)`` (lo = hi = mean
-    where fewer than two runs have that step)."""
-    by_step: dict[int, list[float]] = {}
-    for curve in curves:
-        for step, score in curve:
-            if score is not None:
-                by_step.setdefault(int(step), []).append(float(score))
-    rows = []
-    for step in sorted(by_step):
-        m = mean(by_step[step])
-        lo, hi = t_interval(by_step[step]) or (m, m)
-        rows.append((step, m, lo, hi))
-    return rows
 
 
 # -- configuration -------------------------------------------------------------------------------------------------
@@ -209,17 +143,8 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         raise ValueError(f"--seeds expects a count (3) or a comma list (0,4,7), got {text!r}") from e
 
 
-# TrainConfig field -> `creditgym train` flag, for the settings a comparison may override (None = its default)
-_OVERRIDES = {
-    "eval_every": "--eval-every",
-    "eval_episodes": "--eval-episodes",
-    "prompts_per_step": "--prompts-per-step",
-    "group_size": "--group-size",
-    "lr": "--lr",
-    "max_new_tokens": "--max-new-tokens",
-    "model": "--model",
-    "device": "--device",
-}
+#: TrainConfig fields a study sets per run, from the entry and the seed, never in its `train` settings.
+PER_RUN = ("credit", "credit_kwargs", "seed")
 
 
 @dataclass(frozen=True)
@@ -227,43 +152,35 @@ class CompareConfig:
     """A study: every entry trained with every seed, with the same settings and budget.
 
     Attributes:
-        env_id: A registered env id.
         entries: Module names or variants ``name:key=value[;key=value]`` (labels, as given).
         seeds: The seeds each entry runs with.
-        steps: Optimizer steps of every run.
-        eval_every, eval_episodes, prompts_per_step, group_size, lr, max_new_tokens, model, device: Passed to
-            every run; ``None`` keeps ``TrainConfig``'s default.
-        env_kwargs: Extra env keyword arguments of every run.
-        workers: Runs at a time; each gets ``cpu_count // workers`` threads.
+        train: `TrainConfig` overrides of every run (field -> value; any field but ``credit``, ``credit_kwargs``
+            and ``seed``), passed to each run as its ``creditgym train`` flags. ``env_id`` and ``steps`` are
+            always filled in (from `TrainConfig` when not given), so the study names them.
+        pilot: A pilot (runs that size a study, not the study): its table says so.
     """
 
-    env_id: str = TrainConfig.env_id
     entries: tuple[str, ...] = (BASELINE,)
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = TrainConfig.steps
-    eval_every: int | None = None
-    eval_episodes: int | None = None
-    prompts_per_step: int | None = None
-    group_size: int | None = None
-    lr: float | None = None
-    max_new_tokens: int | None = None
-    model: str | None = None
-    device: str | None = None
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    workers: int = field(default_factory=default_workers)
+    train: Mapping[str, Any] = field(default_factory=dict)
+    pilot: bool = False
 
     def __post_init__(self) -> None:
-        import gymnasium as gym
-
         object.__setattr__(self, "entries", tuple(self.entries))
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
-        if self.env_id not in gym.registry:
-            from creditgym.envs import registered_ids
+        train = {"env_id": TrainConfig.env_id, "steps": TrainConfig.steps, **self.train}
+        object.__setattr__(self, "train", train)
+        per_run = sorted(set(train) & set(PER_RUN))
+        if per_run:
+            raise ValueError(f"CompareConfig.train: {per_run} come from each entry and seed, not the study")
+        try:
+            train_argv(train)  # an unknown field, or None
+            TrainConfig(**train)  # the trainer's own checks of every value
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"CompareConfig.train {train}: {e}") from e
+        from creditgym.envs import resolve_env_id
 
-            raise ValueError(
-                f"CompareConfig.env_id: unknown env id {self.env_id!r}; registered: {registered_ids()}"
-            )
+        resolve_env_id(self.env_id)  # raises, naming the ids there are
         if not self.entries or len(set(self.entries)) != len(self.entries):
             raise ValueError(
                 f"CompareConfig.entries must be non-empty and distinct, got {list(self.entries)}"
@@ -273,12 +190,14 @@ class CompareConfig:
             raise ValueError(f"CompareConfig.entries: two labels map to one folder name: {slugs}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"CompareConfig.seeds must be distinct and >= 0, got {list(self.seeds)}")
-        for name in ("steps", "workers", "eval_every", "eval_episodes", "prompts_per_step", "group_size"):
-            value = getattr(self, name)
-            if value is not None and int(value) < 1:
-                raise ValueError(f"CompareConfig.{name} must be >= 1, got {value!r}")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"CompareConfig.lr must be > 0, got {self.lr!r}")
+
+    @property
+    def env_id(self) -> str:
+        return str(self.train["env_id"])
+
+    @property
+    def steps(self) -> int:
+        return int(self.train["steps"])
 
     def parsed(self) -> list[Entry]:
         """The entries, parsed and checked."""
@@ -289,22 +208,28 @@ class CompareConfig:
         """``grpo`` when it is an entry, else the first entry."""
         return BASELINE if BASELINE in self.entries else self.entries[0]
 
+    def to_json(self) -> dict[str, Any]:
+        out = {"entries": list(self.entries), "seeds": list(self.seeds), "train": dict(self.train)}
+        return {**out, "pilot": True} if self.pilot else out  # a study's config.json as before
+
 
 def save_config(cfg: CompareConfig, out: str | Path) -> Path:
     path = Path(out) / CONFIG
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    path.write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
     return path
 
 
 def load_config(out: str | Path) -> CompareConfig:
-    """The study written into ``out`` by an earlier ``run_compare``."""
-    path = Path(out) / CONFIG
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: run `creditgym compare` into {out} first, or pass --credit"
-        )
-    return CompareConfig(**json.loads(path.read_text()))
+    """The study in ``out``: its ``config.json``, else the config inside its ``results.json`` (either form)."""
+    for name, key in ((CONFIG, None), (RESULTS, "config")):
+        data = _read_json(Path(out) / name)
+        if data is not None:
+            return CompareConfig(**upgrade_config(data if key is None else data[key]))
+    raise FileNotFoundError(
+        f"neither {Path(out) / CONFIG} nor {Path(out) / RESULTS} found: run `creditgym compare` into {out} "
+        "first, or pass --credit"
+    )
 
 
 # -- one run's folder ----------------------------------------------------------------------------------------------
@@ -316,16 +241,13 @@ def run_dir(out: str | Path, entry: Entry, seed: int) -> Path:
 
 def train_settings(cfg: CompareConfig, entry: Entry, seed: int) -> list[str]:
     """The ``creditgym train`` flags of one run, except ``--out``, ``--steps`` and ``--resume``."""
-    args = ["--env", cfg.env_id, "--credit", entry.module, "--seed", str(seed)]
-    for name, flag in _OVERRIDES.items():
-        value = getattr(cfg, name)
-        if value is not None:
-            args += [flag, str(value)]
-    for key, value in cfg.env_kwargs.items():
-        args += ["--env-kw", f"{key}={json.dumps(value)}"]
-    for key, value in entry.kwargs.items():
-        args += ["--credit-kw", f"{key}={json.dumps(value)}"]
-    return args
+    train = {k: v for k, v in cfg.train.items() if k != "steps"}
+    return train_argv({**train, "credit": entry.module, "credit_kwargs": entry.kwargs, "seed": seed})
+
+
+def same_settings(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two runs' flags say the same (in any order: older versions wrote them in another)."""
+    return list(a) == list(b) or parse_train_argv(a) == parse_train_argv(b)
 
 
 def _read_json(path: Path) -> Any:
@@ -341,10 +263,6 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _has_checkpoint(folder: Path) -> bool:
-    return any((folder / "checkpoints").glob("step-*"))
-
-
 def _log_tail(log: Path, lines: int = 1) -> str:
     try:
         text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
@@ -357,7 +275,7 @@ def run_status(folder: Path, settings: Sequence[str], steps: int) -> tuple[str, 
     """``(status, error)`` of a run folder: ``ok`` (all steps done), ``stale`` (other settings), ``failed`` /
     ``interrupted`` (its last attempt), ``incomplete`` (started, not finished) or ``missing``."""
     record = _read_json(folder / RUN_RECORD) or {}
-    if record.get("settings") not in (None, list(settings)):
+    if record.get("settings") is not None and not same_settings(record["settings"], settings):
         return "stale", (
             f"{folder} was trained with other settings ({' '.join(record['settings'])}); delete it or choose "
             "another --out"
@@ -369,16 +287,20 @@ def run_status(folder: Path, settings: Sequence[str], steps: int) -> tuple[str, 
         return "stale", f"{folder} holds {summary['steps']} steps, more than the {steps} asked for"
     if record.get("interrupted"):
         return "interrupted", "stopped by a signal; run the same command again to resume"
+    if record.get("error"):
+        return "failed", f"{record['error']}: {_log_tail(folder / RUN_LOG)}"
     if record.get("returncode") not in (None, 0):
         return "failed", f"exit {record['returncode']}: {_log_tail(folder / RUN_LOG)}"
     return ("incomplete", None) if folder.exists() else ("missing", None)
 
 
-def read_run(out: Path, cfg: CompareConfig, entry: Entry, seed: int) -> dict[str, Any]:
-    """One row of ``results.json["runs"]``, read from the run's folder (paths relative to ``out``)."""
-    folder = run_dir(out, entry, seed)
-    status, error = run_status(folder, train_settings(cfg, entry, seed), cfg.steps)
-    summary = _read_json(folder / "summary.json") or {}
+def resolved_train_config(train: Mapping[str, Any], entry: Entry, seed: int) -> dict[str, Any]:
+    """The `TrainConfig` of one run, every field (defaults included), as JSON: what its ``config.json`` holds."""
+    cfg = TrainConfig(**train, credit=entry.module, credit_kwargs=dict(entry.kwargs), seed=seed)
+    return json.loads(json.dumps(asdict(cfg), default=dict))
+
+
+def _metrics_rows(folder: Path) -> list[dict[str, Any]]:
     rows = []
     if (folder / "metrics.jsonl").is_file():
         for line in (folder / "metrics.jsonl").read_text().splitlines():
@@ -386,20 +308,40 @@ def read_run(out: Path, cfg: CompareConfig, entry: Entry, seed: int) -> dict[str
                 rows.append(json.loads(line))
             except ValueError:  # a line cut short by a kill
                 continue
+    return rows
+
+
+def read_run(out: Path, cfg: CompareConfig, entry: Entry, seed: int) -> dict[str, Any]:
+    """One row of ``results.json["runs"]``, read from the run's folder (paths relative to ``out``)."""
+    folder = run_dir(out, entry, seed)
+    state, error = run_status(folder, train_settings(cfg, entry, seed), cfg.steps)
+    summary = _read_json(folder / "summary.json") or {}
+    rows = _metrics_rows(folder)
     if "eval_curve" in summary:
         curve = [[int(s), v] for s, v in summary["eval_curve"]]
     else:
         curve = [[int(r["step"]), r["eval/accuracy"]] for r in rows if r.get("eval/accuracy") is not None]
+    steps_done = (
+        int(summary["steps"]) if "steps" in summary else max((int(r["step"]) for r in rows), default=0)
+    )
     step_times = [r["time/step_s"] for r in rows if r.get("time/step_s") is not None]
     record = _read_json(folder / RUN_RECORD) or {}
+    ran = _read_json(folder / "config.json")  # what the trainer resolved, when the run started
+    train_config = ran if isinstance(ran, dict) else resolved_train_config(cfg.train, entry, seed)
     return {
         "entry": entry.label,
         "seed": seed,
-        "final": curve[-1][1] if status == "ok" and curve else None,
+        "status": STATUS[state],
+        "state": state,
+        "steps_done": steps_done,
+        "steps_planned": cfg.steps,
+        "final": curve[-1][1] if state == "ok" and curve else None,
         "curve": curve,
+        "probe": probe_figures(rows),
         "wall_s": record.get("wall_s"),
         "step_s": mean(step_times) if step_times else None,
-        "status": status,
+        "config_hash": config_hash(train_config),
+        "train_config": train_config,
         "log": (folder / RUN_LOG).relative_to(out).as_posix(),
         "error": error,
     }
@@ -408,163 +350,73 @@ def read_run(out: Path, cfg: CompareConfig, entry: Entry, seed: int) -> dict[str
 # -- the study -----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Job:
-    entry: Entry
-    seed: int
-    folder: Path
-    settings: list[str]
-    resume: bool
-    proc: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = None
-    started: float = 0.0
-
-
-def _pdeathsig() -> Callable[[], None] | None:
-    """On Linux, a pre-exec hook that sends SIGTERM to the child when this process dies (even by SIGKILL)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    return lambda: libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-@contextmanager
-def _signals() -> Iterator[list[int]]:
-    """Count SIGINT/SIGTERM instead of dying, so the children can be stopped cleanly."""
-    received: list[int] = []
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
-    try:
-        yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextmanager
-def _no_orphans(running: list[_Job], grace_s: float = 120.0) -> Iterator[None]:
-    """On an unexpected error, stop the children still running: SIGTERM (they checkpoint), then SIGKILL."""
-    try:
-        yield
-    finally:
-        alive = [job.proc for job in running if job.proc is not None and job.proc.poll() is None]
-        for proc in alive:
-            proc.send_signal(signal.SIGTERM)
-        for proc in alive:
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def run_compare(
-    cfg: CompareConfig, out: str | Path, *, echo: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """Run every (entry, seed) not finished yet, then write and return the report.
-
-    Raises:
-        KeyboardInterrupt: after SIGINT/SIGTERM, once every child has checkpointed and stopped (a second signal
-            kills them at once); the partial report is written first.
-    """
-    out = Path(out).resolve()
-    save_config(cfg, out)
-    jobs: list[_Job] = []
-    for entry in cfg.parsed():
-        for seed in cfg.seeds:
-            folder = run_dir(out, entry, seed)
-            settings = train_settings(cfg, entry, seed)
+def plan(cfg: CompareConfig, out: Path, echo: Callable[[str], None]) -> list[RunJob]:
+    """The runs still to do (missing, incomplete, failed or interrupted); finished ones are reused, runs from
+    other settings skipped, each said in one line. Seed by seed (every entry's seed 0, then seed 1, ...), so that
+    a study stopped part-way holds complete pairs to compare."""
+    jobs = []
+    for seed in cfg.seeds:
+        for entry in cfg.parsed():
+            folder, settings = run_dir(out, entry, seed), train_settings(cfg, entry, seed)
             status, error = run_status(folder, settings, cfg.steps)
             if status == "ok":
                 echo(f"[compare] {entry.label} seed {seed}: done before, reused")
             elif status == "stale":
                 echo(f"[compare] {entry.label} seed {seed}: skipped: {error}")
             else:
-                jobs.append(_Job(entry, seed, folder, settings, resume=_has_checkpoint(folder)))
+                args = ("--steps", str(cfg.steps), *settings)
+                jobs.append(RunJob(f"{entry.label} seed {seed}", folder, args))
+    return jobs
 
-    threads = str(max(1, (os.cpu_count() or 1) // cfg.workers))
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads,
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
+
+def record_run(job: RunJob, outcome: RunOutcome, steps: int, echo: Callable[[str], None]) -> None:
+    """Write the run's ``compare.json`` (settings, wall time over its attempts, exit, error) and say how it went."""
+    settings = list(job.args[2:])  # past --steps N
+    record = _read_json(job.folder / RUN_RECORD) or {}
+    before = (record.get("wall_s") or 0.0) if same_settings(record.get("settings") or [], settings) else 0.0
+    record = {
+        "settings": settings,
+        "wall_s": before + outcome.elapsed,
+        "returncode": outcome.returncode,
+        "interrupted": outcome.interrupted and outcome.returncode != 0,
+        "error": outcome.error,
     }
-    hook = _pdeathsig()
-    pending: list[_Job] = list(jobs)
-    running: list[_Job] = []
-    forwarded = 0
-    with _signals() as received, _no_orphans(running):
-        while pending or running:
-            while pending and not received and len(running) < cfg.workers:
-                job = pending.pop(0)
-                job.folder.mkdir(parents=True, exist_ok=True)
-                argv = [sys.executable, "-m", "creditgym.cli", "train", "--out", str(job.folder)]
-                argv += ["--steps", str(cfg.steps), *job.settings] + (["--resume"] if job.resume else [])
-                job.log = (job.folder / RUN_LOG).open("ab")
-                job.log.write(f"\n=== creditgym compare: {' '.join(argv)}\n".encode())
-                job.log.flush()
-                job.started = time.monotonic()
-                job.proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=job.log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches only us; we forward one SIGTERM
-                    preexec_fn=hook,
-                )
-                running.append(job)
-                how = "resuming" if job.resume else "started"
-                echo(f"[compare] {job.entry.label} seed {job.seed}: {how} ({job.folder / RUN_LOG})")
-            if len(received) > forwarded:  # 1st signal: children finish their step and checkpoint; 2nd: kill
-                pending.clear()
-                for job in running:
-                    assert job.proc is not None
-                    job.proc.send_signal(signal.SIGTERM if forwarded == 0 else signal.SIGKILL)
-                forwarded = len(received)
-            for job in list(running):
-                assert job.proc is not None and job.log is not None
-                if job.proc.poll() is None:
-                    continue
-                running.remove(job)
-                job.log.close()
-                _finish(job, cfg, interrupted=bool(received), echo=echo)
-            time.sleep(0.1)
-    results = write_report(cfg, out)
-    if received:
+    job.folder.mkdir(parents=True, exist_ok=True)
+    _write_json(job.folder / RUN_RECORD, record)
+    status, error = run_status(job.folder, settings, steps)
+    if status == "ok":
+        echo(f"[compare] {job.name}: done in {outcome.elapsed:.1f}s")
+    else:
+        echo(f"[compare] {job.name}: {status.upper()} ({error}); log: {job.folder / RUN_LOG}")
+
+
+def run_compare(
+    cfg: CompareConfig,
+    out: str | Path,
+    *,
+    runner: Runner | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run every (entry, seed) not finished yet, then write and return the report.
+
+    Args:
+        runner: Where the runs go: `LocalRunner` (default: half the cores) or a Ray runner.
+
+    Raises:
+        KeyboardInterrupt: after SIGINT/SIGTERM, once every run has checkpointed and stopped (a second signal
+            kills them at once); the partial report is written first.
+    """
+    out = Path(out).resolve()
+    runner = runner or LocalRunner(default_workers())
+    save_config(cfg, out)
+    jobs = plan(cfg, out, echo)
+    stopped = False
+    if jobs:
+        stopped = runner.run(jobs, lambda job, outcome: record_run(job, outcome, cfg.steps, echo), echo)
+    results = write_report(cfg, out, runner=runner.describe())
+    if stopped:
         raise KeyboardInterrupt("creditgym compare: stopped; run the same command again to resume")
     return results
-
-
-def _finish(job: _Job, cfg: CompareConfig, *, interrupted: bool, echo: Callable[[str], None]) -> None:
-    assert job.proc is not None
-    elapsed = time.monotonic() - job.started
-    record = _read_json(job.folder / RUN_RECORD) or {}
-    before = (record.get("wall_s") or 0.0) if job.resume and record.get("settings") == job.settings else 0.0
-    wall = before + elapsed
-    code = job.proc.returncode
-    record = {
-        "settings": job.settings,
-        "wall_s": wall,
-        "returncode": code,
-        "interrupted": interrupted and code != 0,
-    }
-    _write_json(job.folder / RUN_RECORD, record)
-    status, error = run_status(job.folder, job.settings, cfg.steps)
-    if status == "ok":
-        echo(f"[compare] {job.entry.label} seed {job.seed}: done in {elapsed:.1f}s")
-    else:
-        echo(
-            f"[compare] {job.entry.label} seed {job.seed}: {status.upper()} ({error}); log: {job.folder / RUN_LOG}"
-        )
 
 
 def _machine() -> dict[str, Any]:
@@ -580,145 +432,38 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def summarize(
-    runs: Sequence[Mapping[str, Any]], entries: Sequence[str], baseline: str
-) -> list[dict[str, Any]]:
-    """One row per entry from the finished runs: final score with its 95% interval, the paired difference to
-    ``baseline`` with its interval, mean wall time, and mean step time relative to the baseline's."""
+def write_report(
+    cfg: CompareConfig, out: str | Path, *, runner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Read every run folder under ``out`` and (re)write ``results.json``, ``summary.md`` and ``curves.png``.
 
-    def ok(label: str, key: str) -> dict[int, float]:
-        return {
-            r["seed"]: r[key]
-            for r in runs
-            if r["entry"] == label and r["status"] == "ok" and r[key] is not None
-        }
-
-    base_finals, base_steps = ok(baseline, "final"), ok(baseline, "step_s")
-    rows = []
-    for label in entries:
-        finals, walls, steps = ok(label, "final"), ok(label, "wall_s"), ok(label, "step_s")
-        diff, diff_ci, n_paired = (
-            (None, None, None) if label == baseline else paired_difference(finals, base_finals)
-        )
-        ci = t_interval(list(finals.values()))
-        ratio = (
-            mean(list(steps.values())) / mean(list(base_steps.values()))
-            if steps and base_steps and mean(list(base_steps.values())) > 0
-            else None
-        )
-        rows.append(
-            {
-                "entry": label,
-                "n": len(finals),
-                "final_mean": mean(list(finals.values())) if finals else None,
-                "ci95": list(ci) if ci else None,
-                "diff_vs_baseline": diff,
-                "diff_ci95": list(diff_ci) if diff_ci else None,
-                "n_paired": n_paired,
-                "wall_s_mean": mean(list(walls.values())) if walls else None,
-                "step_time_ratio": ratio,
-            }
-        )
-    return rows
-
-
-def write_report(cfg: CompareConfig, out: str | Path) -> dict[str, Any]:
-    """Read every run folder under ``out`` and (re)write ``results.json``, ``summary.md`` and ``curves.png``."""
+    A study folder without ``runs/`` (a published study: ``examples/results/*``) keeps its ``results.json``, and
+    ``summary.md`` and ``curves.png`` are redrawn from it.
+    """
     out = Path(out).resolve()
-    runs = [read_run(out, cfg, entry, seed) for entry in cfg.parsed() for seed in cfg.seeds]
-    results = {
-        "config": asdict(cfg),
-        "baseline": cfg.baseline,
-        "machine": _machine(),
-        "runs": runs,
-        "summary": summarize(runs, cfg.entries, cfg.baseline),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / RESULTS, results)
+    if not (out / "runs").is_dir() and (out / RESULTS).is_file():
+        results = json.loads((out / RESULTS).read_text())  # as published; read through upgrade_results
+    else:
+        if runner is None:  # --report-only: the runner the runs had
+            runner = (_read_json(out / RESULTS) or {}).get("runner")
+        runs = [read_run(out, cfg, entry, seed) for entry in cfg.parsed() for seed in cfg.seeds]
+        results = {
+            "format": FORMAT,
+            "config": cfg.to_json(),
+            "pilot": cfg.pilot,
+            "partial": any(r["status"] != FINISHED for r in runs),
+            "baseline": cfg.baseline,
+            "machine": _machine(),
+            "runner": dict(runner or {}),
+            "runs": runs,
+            "summary": summarize(runs, cfg.entries, cfg.baseline),
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(out / RESULTS, results)
     (out / SUMMARY).write_text(summary_markdown(results))
-    curves_png(results, out / CURVES)
+    config = upgrade_config(results["config"])
+    title = f"{config['train']['env_id']}: mean and 95% interval across seeds"
+    study_png(
+        upgrade_results(results)["runs"], config["entries"], results["baseline"], out / CURVES, title=title
+    )
     return results
-
-
-# -- the report ----------------------------------------------------------------------------------------------------
-
-
-def _num(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    x = 0.0 if round(x, 3) == 0 else x  # no "-0.000"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
-
-
-def _pm(value: float | None, ci: Sequence[float] | None, signed: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    half = f"{(ci[1] - ci[0]) / 2:.3f}" if ci else "n/a"
-    return f"{_num(value, signed)} ± {half}"
-
-
-def summary_markdown(results: Mapping[str, Any]) -> str:
-    """The summary table of ``results.json`` in Markdown (3 decimals; wall time in seconds, 1 decimal)."""
-    cfg, base = results["config"], results["baseline"]
-    seeds = ", ".join(str(s) for s in cfg["seeds"])
-    lines = [
-        f"Held-out score (greedy, the env's test split) of `{cfg['env_id']}` after {cfg['steps']} steps, seeds "
-        f"{seeds}: mean ± half-width of the 95% t-interval across seeds; Δ is the paired difference to `{base}` "
-        f"on shared seeds; step time is the mean training step relative to `{base}`'s.",
-        "",
-    ]
-    if base != BASELINE:
-        lines += [f"`{BASELINE}` is not an entry, so the first entry, `{base}`, is the baseline.", ""]
-    lines += [
-        f"| entry | n | final | Δ vs `{base}` | wall (s) | step time vs `{base}` |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for row in results["summary"]:
-        label = row["entry"].replace("|", "\\|")
-        diff = "baseline" if row["entry"] == base else _pm(row["diff_vs_baseline"], row["diff_ci95"], True)
-        wall = "n/a" if row["wall_s_mean"] is None else f"{row['wall_s_mean']:.1f}"
-        lines.append(
-            f"| `{label}` | {row['n']} | {_pm(row['final_mean'], row['ci95'])} | {diff} | {wall} | "
-            f"{_num(row['step_time_ratio'])} |"
-        )
-    bad = [r for r in results["runs"] if r["status"] != "ok"]
-    if bad:
-        lines += ["", "Runs not in the table:", ""]
-        lines += [f"- `{r['entry']}` seed {r['seed']}: {r['status']} (`{r['log']}`)" for r in bad]
-    return "\n".join(lines) + "\n"
-
-
-def curves_png(results: Mapping[str, Any], path: str | Path) -> Path:
-    """Held-out score over steps: per entry the mean across seeds and a shaded 95% interval, baseline first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    base = results["baseline"]
-    labels = [base] + [row["entry"] for row in results["summary"] if row["entry"] != base]
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    colors = iter(list(plt.get_cmap("tab20").colors) * 2)  # 20 distinct colours: a study has many variants
-    for label in labels:
-        curves = [r["curve"] for r in results["runs"] if r["entry"] == label and r["status"] == "ok"]
-        stats = curve_stats(curves)
-        if not stats:
-            continue
-        steps, m, lo, hi = (list(col) for col in zip(*stats, strict=True))
-        color = "black" if label == base else next(colors)
-        width, z = (2.2, 3) if label == base else (1.4, 2)
-        ax.plot(steps, m, "o-", color=color, lw=width, ms=3, zorder=z, label=f"{label} (n={len(curves)})")
-        ax.fill_between(steps, lo, hi, color=color, alpha=0.15 if label == base else 0.12, lw=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
-    ax.set_ylabel("held-out score")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    if ax.has_data():
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    ax.set_title(f"{results['config']['env_id']}: mean and 95% interval across seeds")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)

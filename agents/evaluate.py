@@ -7,13 +7,18 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from creditgym.agents.rollout import play
+if TYPE_CHECKING:
+    from creditgym.agents.policy import Policy
+
+from creditgym.agents.config import TrainConfig
+from creditgym.agents.rollout import PolicyAgent, play
 from creditgym.agents.scripted import SCRIPTED, Agent
+from creditgym.envs import env_accepts, make, resolve_env_id
 
 
 @dataclass
@@ -53,23 +58,30 @@ class Report:
         )
 
 
-def make_agent(spec: str, *, device: str | None = None, base_url: str | None = None) -> Agent:
+def make_agent(
+    spec: str, *, device: str | None = None, base_url: str | None = None, check_only: bool = False
+) -> Agent:
     """``oracle``, ``empty``, ``random``, ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy), or
-    ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM server)."""
+    ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM server).
+
+    ``check_only`` checks the spec's form and makes nothing (returns None): a Ray evaluation makes the agent on
+    each node, where ``PATH`` must exist."""
+    known = spec in SCRIPTED or (spec.startswith(("openai:", "hf:")) and spec.partition(":")[2])
+    if not known:
+        raise ValueError(f"unknown agent {spec!r}; known agents: {sorted(SCRIPTED)}, hf:PATH or openai:MODEL")
+    if check_only:
+        return None  # type: ignore[return-value]
     if spec in SCRIPTED:
         return SCRIPTED[spec]()
-    if spec.startswith("openai:") and spec[7:]:
+    if spec.startswith("openai:"):
         from creditgym.agents.remote import OpenAIAgent
 
         return OpenAIAgent(spec[7:], base_url=base_url)
-    if spec.startswith("hf:"):
-        from creditgym.agents.policy import load_policy
-        from creditgym.agents.rollout import PolicyAgent
+    from creditgym.agents.policy import load_policy
 
-        agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
-        agent.name = spec
-        return agent
-    raise ValueError(f"unknown agent {spec!r}; known agents: {sorted(SCRIPTED)}, hf:PATH or openai:MODEL")
+    agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
+    agent.name = spec
+    return agent
 
 
 def evaluate(
@@ -82,7 +94,7 @@ def evaluate(
     batch: int = 64,
 ) -> Report:
     """Play ``episodes`` episodes of ``env_id``; episode ``i`` is reset with seed ``seed + i``, ``batch`` at a time."""
-    env = gym.make(env_id, **(env_kwargs or {}))
+    env = make(env_id, **(env_kwargs or {}))
     base = env.unwrapped
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
@@ -194,25 +206,94 @@ def _play_instance(
     return record, trajectory
 
 
+def play_with_retry(
+    env: Any, agent: Agent, instance_id: str, seed: int, lock: Any = None
+) -> tuple[InstanceRecord, list[dict[str, Any]]]:
+    """Play one instance; an episode that ends in an infrastructure fault is played once more, from a fresh one."""
+    from contextlib import nullcontext
+
+    lock = nullcontext() if lock is None else lock
+    record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
+    if record.status == "infra_error":
+        record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
+        record.attempts = 2
+    return record, trajectory
+
+
+def _write_trajectory(out: Path | None, instance_id: str, trajectory: list[dict[str, Any]]) -> None:
+    if out is not None:
+        lines = "".join(json.dumps(step, default=str) + "\n" for step in trajectory)
+        (out / "trajectories" / f"{instance_id}.jsonl").write_text(lines)
+
+
 def evaluate_tasks(
     env_id: str,
-    agent: Agent,
+    agent: Agent | str,
     tasks: Any,
     *,
     out_dir: str | Path | None = None,
     workers: int = 1,
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
+    ray: str | None = None,
+    base_url: str | None = None,
+    run_cpus: float = 1.0,
 ) -> dict[str, Any]:
     """Play one episode per task instance of a multi-turn env (``creditgym/SWEBench-v0``), ``workers`` at once.
 
     An episode that ends in an infrastructure fault (engine down, image missing, the agent's endpoint failing) is
     retried once; if it fails again it is counted under ``infra_errors``, never as unresolved.
 
+    With ``ray`` (a cluster address, ``auto`` or ``local``), each instance is a Ray task on a node that declares
+    the ``docker`` resource (``creditgym.agents.ray_jobs``), holding ``run_cpus`` CPUs; ``agent`` is then a spec
+    (`make_agent`, with ``base_url``) that each node makes for itself. The report is the same either way.
+
     Writes, when ``out_dir`` is given: ``report.json`` (``total``, ``resolved``, ``infra_errors``, per-instance
     status, turns, tokens, time), ``report.md`` (a table) and ``trajectories/<instance_id>.jsonl`` (one line per
     turn: response, action, observation; the last line holds the verdict and the patch).
     """
+    from creditgym.envs.swe_tasks import load_tasks
+
+    task_list = load_tasks(tasks)
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if ray is not None:
+        from creditgym.agents.ray_jobs import evaluate_tasks_ray
+
+        if not isinstance(agent, str):
+            raise TypeError(
+                "evaluate_tasks(ray=...): give the agent as a spec (oracle, hf:PATH, openai:MODEL)"
+            )
+        name, pairs = evaluate_tasks_ray(
+            ray, env_id, agent, task_list, base_url=base_url, workers=workers, cpus=run_cpus, seed=seed,
+            env_kwargs=env_kwargs,
+        )  # fmt: skip
+        for record, trajectory in pairs:
+            _write_trajectory(out, record.instance_id, trajectory)
+        records = [record for record, _ in pairs]
+    else:
+        if isinstance(agent, str):
+            agent = make_agent(agent, base_url=base_url)
+        name, records = agent.name, _play_threads(env_id, agent, task_list, out, workers, seed, env_kwargs)
+    report = _task_report(env_id, name, records, time.perf_counter() - t0)
+    if out is not None:
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "report.md").write_text(task_report_markdown(report))
+    return report
+
+
+def _play_threads(
+    env_id: str,
+    agent: Agent,
+    task_list: list[Any],
+    out: Path | None,
+    workers: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None,
+) -> list[InstanceRecord]:
+    """The instances on this machine's engine, ``workers`` threads at once, one env each."""
     import queue
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -220,18 +301,13 @@ def evaluate_tasks(
 
     from creditgym.agents.rollout import PolicyAgent
     from creditgym.verifiers.sandbox import install_signal_handlers
-    from creditgym.verifiers.swebench import load_tasks
 
-    task_list = load_tasks(tasks)
     ids = [t.instance_id for t in task_list]
     install_signal_handlers()  # sandboxes start in worker threads; SIGINT/SIGTERM must still remove them
     lock = threading.Lock() if isinstance(agent, PolicyAgent) else nullcontext()  # one model, one caller
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        (out / "trajectories").mkdir(parents=True, exist_ok=True)
     # One env per worker, made here: importing transformers from several threads at once is not safe.
     envs = [
-        gym.make(env_id, tasks=task_list, **(env_kwargs or {})) for _ in range(max(1, min(workers, len(ids))))
+        make(env_id, tasks=task_list, **(env_kwargs or {})) for _ in range(max(1, min(workers, len(ids))))
     ]
     free: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for env in envs:
@@ -240,29 +316,18 @@ def evaluate_tasks(
     def run(instance_id: str) -> InstanceRecord:
         env = free.get()
         try:
-            record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
-            if record.status == "infra_error":  # once more, from a fresh episode
-                record, trajectory = _play_instance(env, agent, instance_id, seed, lock)
-                record.attempts = 2
+            record, trajectory = play_with_retry(env, agent, instance_id, seed, lock)
         finally:
             free.put(env)
-        if out is not None:
-            lines = "".join(json.dumps(step, default=str) + "\n" for step in trajectory)
-            (out / "trajectories" / f"{instance_id}.jsonl").write_text(lines)
+        _write_trajectory(out, instance_id, trajectory)
         return record
 
-    t0 = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=len(envs)) as pool:
-            records = list(pool.map(run, ids))
+            return list(pool.map(run, ids))
     finally:
         for env in envs:
             env.close()
-    report = _task_report(env_id, agent.name, records, time.perf_counter() - t0)
-    if out is not None:
-        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        (out / "report.md").write_text(task_report_markdown(report))
-    return report
 
 
 def _task_report(env_id: str, agent: str, records: list[InstanceRecord], seconds: float) -> dict[str, Any]:
@@ -298,3 +363,59 @@ def task_report_markdown(report: dict[str, Any]) -> str:
         f"| instance | status | turns | tokens | seconds | attempts | infra error |\n|---|---|---|---|---|---|---|\n"
         f"{rows}\n"
     )
+
+
+# -- held-out evaluation of a training run ---------------------------------------------------------------------
+
+SPLIT_EVAL_SEED = 10_000_000  # held-out episode i of an env with a test split is reset with this + i
+NO_SPLIT_EVAL_SEED = 2**31  # without a split: seeds past every training reset seed (those are < 2**31)
+
+
+def make_envs(cfg: TrainConfig) -> tuple[gym.Env, gym.Env, int, str | None]:
+    """The training env, the held-out env, the held-out reset seed base, and a note on how it was chosen.
+
+    Only what every `TokenEnv` has is assumed: ``max_new_tokens`` is passed to an env whose constructor takes it,
+    and the held-out env is the test split (``split="test"``) of an env that has one, else the same env reset with
+    seeds no training reset uses.
+    """
+    env_id = resolve_env_id(cfg.env_id)
+    kwargs = dict(cfg.env_kwargs)
+    if cfg.max_new_tokens is not None and "max_new_tokens" not in kwargs:
+        if env_accepts(env_id, "max_new_tokens"):
+            kwargs["max_new_tokens"] = cfg.max_new_tokens
+        elif cfg.max_new_tokens != TrainConfig.max_new_tokens:
+            raise ValueError(
+                f"env {env_id!r} takes no max_new_tokens, so max_new_tokens={cfg.max_new_tokens} cannot reach "
+                "it; leave --max-new-tokens at its default, or give the env a max_new_tokens argument"
+            )
+    eval_id = resolve_env_id(cfg.eval_env_id) if cfg.eval_env_id else env_id
+    eval_kwargs = {**(kwargs if eval_id == env_id else {}), **dict(cfg.eval_env_kwargs)}
+    if eval_id != env_id and "max_new_tokens" in kwargs and env_accepts(eval_id, "max_new_tokens"):
+        eval_kwargs.setdefault("max_new_tokens", kwargs["max_new_tokens"])
+    note = None
+    if "split" in eval_kwargs:
+        seed_base = SPLIT_EVAL_SEED
+    elif env_accepts(eval_id, "split"):
+        eval_kwargs["split"], seed_base = "test", SPLIT_EVAL_SEED
+    else:
+        seed_base = NO_SPLIT_EVAL_SEED
+        note = (
+            f"env {eval_id!r} has no held-out split: evaluating on reset seeds >= {NO_SPLIT_EVAL_SEED}, which no "
+            "training reset uses (its tasks may still repeat); name one with --eval-env-id / --eval-env-kw"
+        )
+    return make(env_id, **kwargs), make(eval_id, **eval_kwargs), seed_base, note
+
+
+def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int) -> dict[str, float]:
+    """Greedy mean reward on ``episodes`` held-out episodes, episode ``i`` reset with seed ``seed_base + i``."""
+    base = env.unwrapped
+    envs = []
+    for i in range(episodes):
+        base.reset(seed=seed_base + i)
+        envs.append(base.fork())
+    done = play(PolicyAgent(policy, temperature=0.0), envs, list(range(episodes)))
+    scored = [ep.reward for ep in done if ep.infra_error is None]
+    return {
+        "eval/accuracy": float(np.mean(scored)) if scored else float("nan"),
+        "eval/infra_errors": float(len(done) - len(scored)),
+    }

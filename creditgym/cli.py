@@ -1,4 +1,14 @@
-"""The ``creditgym`` command: ``envs``, ``doctor``, ``eval``."""
+"""The ``creditgym`` command.
+
+Subcommands:
+    train     train a policy with a credit module on an env (flags generated from ``TrainConfig``)
+    eval      run an agent through an env (or the SWE tasks) and report its accuracy / resolve rate
+    compare   train several credit modules x seeds with one budget; tables and curves of held-out scores
+    probe     score credit modules' per-token advantages against Monte-Carlo ground truth on one batch
+    envs      list the registered env ids
+    images    build, check or clean the Docker images of SWE tasks
+    doctor    report Python, torch, GPU and the Docker engine
+"""
 
 from __future__ import annotations
 
@@ -6,10 +16,12 @@ import argparse
 import importlib
 import importlib.metadata
 import json
-import os
 import platform
 import sys
 from collections.abc import Sequence
+
+from creditgym.agents.train_flags import MAPPING_FLAGS as _MAPPING_FIELDS
+from creditgym.agents.train_flags import train_flag as _flag
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -41,21 +53,9 @@ def _version(dist: str) -> str:
 
 def docker_status(timeout: float = 5.0) -> tuple[bool, str]:
     """Whether a Docker engine answers (``DOCKER_HOST`` or the default socket), and a line saying which."""
-    try:
-        import docker
-    except ImportError:
-        return False, "docker SDK not installed (pip install 'creditgym[swe]')"
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.from_env(timeout=timeout)
-        version = client.version().get("Version", "?")
-        client.close()
-    except Exception as e:  # the SDK raises several types for "no engine"
-        return (
-            False,
-            f"no engine at {host} ({type(e).__name__}); start one with `make engine` or set DOCKER_HOST",
-        )
-    return True, f"engine {version} at {host}"
+    from creditgym.verifiers._docker import engine_status
+
+    return engine_status(timeout)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -86,16 +86,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_images(args: argparse.Namespace) -> int:
     """``images build|check|clean``: one line per task; a broken task is reported and the others go on."""
-    from creditgym.verifiers.swebench import (
-        SandboxError,
-        SWETask,
-        check_images,
-        clean_images,
-        ensure_image,
-        run_parallel,
-        scan_tasks,
-        self_check,
-    )
+    from creditgym.envs.swe_tasks import SWETask, scan_tasks
+    from creditgym.verifiers.sandbox import SandboxError
+    from creditgym.verifiers.swe_images import check_images, clean_images, ensure_image
+    from creditgym.verifiers.swebench import run_parallel, self_check
 
     try:
         tasks, errors = scan_tasks(args.tasks, args.ids)
@@ -142,13 +136,17 @@ def _cmd_images(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from creditgym.agents.evaluate import evaluate, make_agent, write_report
 
+    env_kwargs = _key_values(args.env_kw, "--env-kw")
+    if args.tasks is not None or args.env == "creditgym/SWEBench-v0":
+        return _eval_tasks(args, env_kwargs)
+    if args.ray is not None:
+        raise SystemExit(
+            "creditgym eval: --ray runs multi-turn task instances (creditgym/SWEBench-v0, --tasks)"
+        )
     try:
         agent = make_agent(args.agent, base_url=args.base_url)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(str(e)) from e
-    env_kwargs = _key_values(args.env_kw, "--env-kw")
-    if args.tasks is not None or args.env == "creditgym/SWEBench-v0":
-        return _eval_tasks(args, agent, env_kwargs)
     if args.split:
         env_kwargs.setdefault("split", args.split)
     report = evaluate(args.env, agent, args.episodes, seed=args.seed, env_kwargs=env_kwargs)
@@ -161,12 +159,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_tasks(args: argparse.Namespace, agent: object, env_kwargs: dict[str, object]) -> int:
+def _eval_tasks(args: argparse.Namespace, env_kwargs: dict[str, object]) -> int:
     """Multi-turn agentic evaluation: one episode per task instance (``--tasks``, default the bundled set)."""
-    from creditgym.agents.evaluate import evaluate_tasks
+    from creditgym.agents.evaluate import evaluate_tasks, make_agent
+    from creditgym.agents.ray_jobs import RayError
     from creditgym.verifiers.swebench import TaskFormatError
 
-    try:
+    try:  # with --ray each node makes the agent; the spec is checked here all the same
+        agent = args.agent if args.ray is not None else make_agent(args.agent, base_url=args.base_url)
+        if args.ray is not None:
+            make_agent(args.agent, base_url=args.base_url, check_only=True)
         report = evaluate_tasks(
             args.env,
             agent,  # type: ignore[arg-type]
@@ -175,8 +177,11 @@ def _eval_tasks(args: argparse.Namespace, agent: object, env_kwargs: dict[str, o
             workers=args.workers,
             seed=args.seed,
             env_kwargs=env_kwargs,
+            ray=args.ray,
+            base_url=args.base_url,
+            run_cpus=args.run_cpus,
         )
-    except (TaskFormatError, FileNotFoundError) as e:
+    except (TaskFormatError, FileNotFoundError, ValueError, RayError) as e:
         raise SystemExit(f"creditgym eval: {e}") from e
     rate = report["resolve_rate"]
     print(
@@ -202,57 +207,63 @@ def _key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, object]:
     return out
 
 
-# flag -> TrainConfig field; the defaults shown in --help are read from TrainConfig, their only home
-_TRAIN_FLAGS = {
-    "--credit": ("credit", str, "credit module: grpo, rloo, gae, ..."),
-    "--model": ("model", str, "creditgym/tiny, a local Hugging Face folder, or a cached hub id"),
-    "--steps": ("steps", int, "optimizer steps"),
-    "--seed": ("seed", int, "seeds everything"),
-    "--prompts-per-step": ("prompts_per_step", int, "P tasks per step"),
-    "--group-size": ("group_size", int, "G completions per task"),
-    "--temperature": ("temperature", float, "sampling temperature during training"),
-    "--top-p": ("top_p", float, "nucleus mass during training"),
-    "--lr": ("lr", float, "actor learning rate"),
-    "--critic-lr": ("critic_lr", float, "value-head learning rate"),
-    "--epochs": ("epochs", int, "passes over each rollout batch"),
-    "--minibatches": ("minibatches", int, "minibatches per epoch"),
-    "--clip-low": ("clip_low", float, "ratio clipped below at 1 - clip_low"),
-    "--clip-high": ("clip_high", float, "ratio clipped above at 1 + clip_high"),
-    "--loss-agg": ("loss_agg", str, "token-mean | seq-mean-token-mean | seq-mean-token-sum"),
-    "--kl-coef": ("kl_coef", float, "KL penalty to the initial model (0 = none)"),
-    "--kl-kind": ("kl_kind", str, "k1 | k2 | k3"),
-    "--entropy-coef": ("entropy_coef", float, "entropy bonus"),
-    "--max-grad-norm": ("max_grad_norm", float, "gradient clipping"),
-    "--eval-every": ("eval_every", int, "held-out evaluation every N steps"),
-    "--eval-episodes": ("eval_episodes", int, "held-out episodes (greedy)"),
-    "--checkpoint-every": ("checkpoint_every", int, "checkpoint every N steps"),
-    "--device": ("device", str, "cpu | cuda (default: cuda when available)"),
-    "--backend": ("backend", str, "hf | vllm: who samples the rollouts"),
-}
+def add_train_flags(
+    parser: argparse.ArgumentParser, *, exclude: Sequence[str] = (), only: Sequence[str] | None = None
+) -> None:
+    """One flag per `TrainConfig` field (or per field in ``only``), help and default read from the config.
+
+    Every flag defaults to None (= the field's default), so `train_overrides` keeps only what was given.
+    """
+    import dataclasses
+    import typing
+
+    from creditgym.agents.config import TrainConfig, config_help
+
+    hints, helps = typing.get_type_hints(TrainConfig), config_help(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _MAPPING_FIELDS or f.name in exclude or (only is not None and f.name not in only):
+            continue
+        kinds = [k for k in typing.get_args(hints[f.name]) or (hints[f.name],) if k is not type(None)]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        text = helps[f.name].replace("``", "").replace("%", "%%")
+        parser.add_argument(_flag(f.name), type=kinds[0], default=None, help=f"{text} (default: {default})")
+
+
+def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) -> dict[str, object]:
+    """The `TrainConfig` fields given on the command line (flags of `add_train_flags`, --*-kw pairs)."""
+    import dataclasses
+
+    from creditgym.agents.config import TrainConfig
+
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in exclude:
+            continue
+        dest = _MAPPING_FIELDS.get(f.name, _flag(f.name))[2:].replace("-", "_")
+        value = getattr(args, dest, None)
+        if f.name in _MAPPING_FIELDS and f.name != "env_id" and value is not None:
+            value = _key_values(value, _MAPPING_FIELDS[f.name])
+        if value is not None:
+            out[f.name] = value
+    return out
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from creditgym.agents.checkpoint import CorruptCheckpointError
     from creditgym.agents.config import TrainConfig
     from creditgym.agents.trainer import TrainingDiverged, train
 
-    fields = TrainConfig.__dataclass_fields__
-    kwargs: dict[str, object] = {"env_id": args.env}
-    for flag, (name, _, _) in _TRAIN_FLAGS.items():
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None:
-            kwargs[name] = value
-    env_kwargs = dict(fields["env_kwargs"].default_factory())  # type: ignore[misc]
-    if args.max_new_tokens is not None:
-        env_kwargs["max_new_tokens"] = args.max_new_tokens
-    if args.difficulty is not None:
-        env_kwargs["difficulty"] = args.difficulty
-    env_kwargs.update(_key_values(args.env_kw, "--env-kw"))
-    kwargs["env_kwargs"] = env_kwargs
-    kwargs["credit_kwargs"] = _key_values(args.credit_kw, "--credit-kw")
     try:
-        cfg = TrainConfig(**kwargs)  # type: ignore[arg-type]
+        cfg = TrainConfig(**train_overrides(args))  # type: ignore[arg-type]
         summary = train(cfg, args.out, resume=args.resume)
-    except (ValueError, KeyError, FileNotFoundError, TrainingDiverged) as e:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        FileNotFoundError,
+        TrainingDiverged,
+        CorruptCheckpointError,
+    ) as e:
         raise SystemExit(f"creditgym train: {e.args[0] if e.args else e}") from e
     if not summary.get("is_main", True):
         return 0  # a secondary process of a multi-process run: process 0 reports
@@ -266,20 +277,35 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# CompareConfig fields set from same-named flags when given (None keeps the default)
-_COMPARE_OVERRIDES = ("workers", "steps", "eval_every", "eval_episodes", "prompts_per_step", "group_size")
-_COMPARE_OVERRIDES += ("lr", "max_new_tokens", "model", "device")
+def _runner(args: argparse.Namespace) -> object:
+    """Where `compare` sends its runs: Ray tasks with ``--ray``, else ``--workers`` local subprocesses."""
+    from creditgym.agents.compare import default_workers
+    from creditgym.agents.scheduler import LocalRunner
+
+    if args.ray is None:
+        return LocalRunner(args.workers or default_workers())
+    if args.workers is not None:
+        raise ValueError(
+            "--workers sizes the local pool; with --ray, --run-cpus and --run-gpus size each run"
+        )
+    from creditgym.agents.ray_jobs import RayRunner
+
+    return RayRunner(args.ray, cpus=args.run_cpus, gpus=args.run_gpus, retries=args.ray_retries)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from creditgym.agents.compare import (
+        PER_RUN,
         CompareConfig,
         load_config,
         parse_seeds,
         run_compare,
         split_entries,
+        summary_markdown,
+        upgrade_results,
         write_report,
     )
+    from creditgym.agents.ray_jobs import RayError
 
     try:
         if args.report_only and args.credit is None:
@@ -287,30 +313,120 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         elif args.credit is None:
             raise ValueError("--credit is required: a comma list such as grpo,cort,cort:normalize=false")
         else:
-            overrides = {
-                name: getattr(args, name) for name in _COMPARE_OVERRIDES if getattr(args, name) is not None
-            }
             cfg = CompareConfig(
-                env_id=args.env,
                 entries=tuple(split_entries(args.credit)),
                 seeds=parse_seeds(args.seeds),
-                env_kwargs=_key_values(args.env_kw, "--env-kw"),
-                **overrides,
+                train=train_overrides(args, exclude=PER_RUN),
+                pilot=args.pilot,
             )
-        results = write_report(cfg, args.out) if args.report_only else run_compare(cfg, args.out)
-    except (ValueError, FileNotFoundError) as e:
+        if args.report_only:
+            results = write_report(cfg, args.out)
+        else:
+            results = run_compare(cfg, args.out, runner=_runner(args))  # type: ignore[arg-type]
+    except (ValueError, FileNotFoundError, RayError) as e:
         raise SystemExit(f"creditgym compare: {e}") from e
     except KeyboardInterrupt as e:
         print(f"{e}", file=sys.stderr)
         return 130
-    from creditgym.agents.compare import summary_markdown
-
     print(summary_markdown(results))
     print(f"outputs in {args.out}: results.json, summary.md, curves.png, runs/")
-    bad = [r for r in results["runs"] if r["status"] != "ok"]
+    bad = [r for r in upgrade_results(results)["runs"] if r["status"] != "finished"]
     for r in bad:
         print(f"run {r['entry']} seed {r['seed']}: {r['status']} ({r['error']}); log: {args.out}/{r['log']}")
     return 1 if bad else 0
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from creditgym.agents.checkpoint import CorruptCheckpointError
+    from creditgym.agents.compare import split_entries
+    from creditgym.agents.probe import ProbeConfig, run_probe
+    from creditgym.envs import UnknownEnvError, resolve_env_id
+
+    given = {name: getattr(args, name) for name in _PROBE_OPTIONS if getattr(args, name) is not None}
+    if args.every is not None:
+        given["every"] = None if args.every == "newline" else _positive_int(args.every, "--every")
+    if args.env_kw:
+        given["env_kwargs"] = _key_values(args.env_kw, "--env-kw")
+    try:
+        if args.env is not None:
+            given["env_id"] = args.env
+            resolve_env_id(args.env)  # module:EnvId imports the module that registers it
+        cfg = ProbeConfig(credit=tuple(split_entries(args.credit or "")), **given)
+        result = run_probe(cfg, args.out)
+    except (ValueError, TypeError, FileNotFoundError, UnknownEnvError, CorruptCheckpointError) as e:
+        raise SystemExit(f"creditgym probe: {e.args[0] if e.args else e}") from e
+    except KeyboardInterrupt:
+        print(f"creditgym probe: interrupted; {args.out}/probe.json holds the partial run (complete: false)")
+        return 130
+    from creditgym.agents.probe_report import probe_markdown
+
+    print(probe_markdown(result))
+    print(f"outputs in {args.out}: probe.json, probe.md, probe.png")
+    return 0
+
+
+def _positive_int(raw: str, flag: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SystemExit(f"creditgym probe: {flag} expects an int >= 1 or 'newline', got {raw!r}")
+    return value
+
+
+# ProbeConfig fields set from same-named flags when given (None keeps the default)
+_PROBE_OPTIONS = ("model", "prompts", "group", "k", "temperature", "top_p", "max_new_tokens", "max_turns")
+_PROBE_OPTIONS += ("seed", "checkpoint", "device", "rows", "bootstrap", "shown", "reuse")
+
+
+def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from creditgym.agents.config import config_help
+    from creditgym.agents.probe import ProbeConfig
+
+    helps = config_help(ProbeConfig)
+    pr = sub.add_parser(
+        "probe",
+        help="score credit modules' per-token advantages against Monte-Carlo ground truth on one batch",
+    )
+    pr.add_argument("--env", default=None, help=helps["env_id"].replace("``", ""))
+    pr.add_argument("--out", required=True, help="folder for probe.json, probe.md and probe.png")
+    pr.add_argument("--credit", default=None, help=helps["credit"] + " A comma list: grpo,cort,vine:every=1")
+    pr.add_argument("--every", default=None, help="probe every N response tokens, or 'newline' (default: 1)")
+    pr.add_argument(
+        "--env-kw", action="append", metavar="KEY=VALUE", help="env constructor kwarg (JSON value)"
+    )
+    types = {
+        "model": str,
+        "checkpoint": str,
+        "device": str,
+        "temperature": float,
+        "top_p": float,
+        "reuse": str,
+    }
+    for name in _PROBE_OPTIONS:
+        default = ProbeConfig.__dataclass_fields__[name].default
+        text = helps[name].replace("``", "").replace("%", "%%")
+        pr.add_argument(
+            "--" + name.replace("_", "-"),
+            type=types.get(name, int),
+            default=None,
+            help=f"{text} (default: {default})",
+        )
+    pr.set_defaults(func=_cmd_probe)
+
+
+def _add_ray_flags(parser: argparse.ArgumentParser, what: str, note: str = "") -> None:
+    parser.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help=f"run each {what} as a Ray task{note}: HOST:PORT of a cluster's head, auto (the cluster `ray "
+        "start` made on this machine) or local (a cluster in this process); needs the ray extra",
+    )
+    parser.add_argument(
+        "--run-cpus", type=float, default=1.0, help=f"--ray: CPUs each {what} holds (default: %(default)s)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -360,16 +476,18 @@ def build_parser() -> argparse.ArgumentParser:
     fields = TrainConfig.__dataclass_fields__
     tr = sub.add_parser("train", help="train a policy with a credit module on an env")
     tr.add_argument(
-        "--env", default=fields["env_id"].default, help="registered env id (default: %(default)s)"
+        "--env",
+        default=fields["env_id"].default,
+        help="env id: registered, or module:EnvId to import the module that registers it (default: %(default)s)",
     )
     tr.add_argument("--out", required=True, help="run folder (metrics, checkpoints, final model, plots)")
-    for flag, (name, kind, text) in _TRAIN_FLAGS.items():
-        tr.add_argument(flag, type=kind, default=None, help=f"{text} (default: {fields[name].default})")
+    add_train_flags(tr)
     tr.add_argument(
-        "--max-new-tokens", type=int, default=None, help="response token budget (env kwarg; default 48)"
+        "--env-kw", action="append", metavar="KEY=VALUE", help="env constructor kwarg (JSON value)"
     )
-    tr.add_argument("--difficulty", type=int, default=None, help="procedural difficulty level (env kwarg)")
-    tr.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="extra env kwarg (JSON value)")
+    tr.add_argument(
+        "--eval-env-kw", action="append", metavar="KEY=VALUE", help="held-out env kwarg (JSON value)"
+    )
     tr.add_argument(
         "--credit-kw", action="append", metavar="KEY=VALUE", help="credit config field (JSON value)"
     )
@@ -403,48 +521,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="endpoint of openai:MODEL (default: $OPENAI_BASE_URL or localhost:8000)",
     )
     ev.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="extra env kwarg (JSON value)")
+    _add_ray_flags(ev, "task instance", " (multi-turn envs), on nodes that declare the docker resource")
     ev.set_defaults(func=_cmd_eval)
 
     cmp = sub.add_parser(
         "compare",
         help="train several credit modules x seeds with one budget; table and curves of held-out scores",
+        description="Every train flag below is passed to each run (default: the train default).",
     )
-    cmp.add_argument(
-        "--env", default=fields["env_id"].default, help="registered env id (default: %(default)s)"
-    )
+    cmp.add_argument("--env", default=None, help="env id: registered, or module:EnvId (default: Math-v0)")
     cmp.add_argument(
         "--credit", default=None, help="comma list of modules or variants name:key=value[;key=value]"
     )
     cmp.add_argument("--seeds", default="3", help="a count (3 = seeds 0,1,2) or a list (0,4,7); default 3")
-    cmp.add_argument(
-        "--steps", type=int, default=None, help=f"steps of every run (default: {fields['steps'].default})"
-    )
     cmp.add_argument("--out", required=True, help="study folder: runs/, results.json, summary.md, curves.png")
-    cmp.add_argument("--workers", type=int, default=None, help="runs at a time (default: half the CPU cores)")
-    for flag in ("--eval-every", "--eval-episodes", "--prompts-per-step", "--group-size", "--lr", "--model"):
-        name, kind, text = _TRAIN_FLAGS[flag]
-        cmp.add_argument(flag, type=kind, default=None, help=f"{text} (default: {fields[name].default})")
-    cmp.add_argument("--device", default=None, help=_TRAIN_FLAGS["--device"][2])
-    cmp.add_argument("--max-new-tokens", type=int, default=None, help="response token budget (env kwarg)")
+    cmp.add_argument(
+        "--workers", type=int, default=None, help="runs at a time without --ray (default: half the CPU cores)"
+    )
+    _add_ray_flags(cmp, "training run")
+    cmp.add_argument("--run-gpus", type=float, default=0.0, help="--ray: GPUs each run holds (default: 0)")
+    cmp.add_argument(
+        "--ray-retries",
+        type=int,
+        default=2,
+        help="--ray: times a run whose worker or node died is started again (default: %(default)s)",
+    )
+    from creditgym.agents.compare import PER_RUN
+
+    add_train_flags(cmp, exclude=PER_RUN)  # every train knob but the run's own module and seed
     cmp.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="extra env kwarg (JSON value)")
+    cmp.add_argument(
+        "--eval-env-kw", action="append", metavar="KEY=VALUE", help="held-out env kwarg (JSON value)"
+    )
     cmp.add_argument(
         "--report-only", action="store_true", help="rewrite results.json, summary.md, curves.png from runs/"
     )
+    cmp.add_argument("--pilot", action="store_true", help="a pilot that sizes a study: its table says so")
     cmp.set_defaults(func=_cmd_compare)
+    _add_probe_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "eval":
-        import gymnasium as gym
+    if getattr(args, "env", None) is not None and args.command in ("eval", "compare"):
+        from creditgym.envs import UnknownEnvError, resolve_env_id
 
-        import creditgym  # noqa: F401  (registers the env ids)
-
-        if args.env not in gym.registry:
-            from creditgym.envs import registered_ids
-
-            raise SystemExit(f"unknown env id {args.env!r}; registered ids: {registered_ids()}")
+        try:  # module:EnvId imports the module here; compare's runs get the same string and do the same
+            resolve_env_id(args.env)
+        except UnknownEnvError as e:
+            raise SystemExit(f"creditgym {args.command}: {e}") from e
     return int(args.func(args))
 
 

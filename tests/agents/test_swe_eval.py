@@ -24,7 +24,8 @@ ENV = "creditgym/SWEBench-v0"
 
 @pytest.fixture(scope="module")
 def tasks(docker_client, base_image):
-    from creditgym.verifiers.swebench import ensure_image, load_tasks
+    from creditgym.envs.swe_tasks import load_tasks
+    from creditgym.verifiers.swe_images import ensure_image
 
     tasks = load_tasks("bundled")
     for task in tasks:
@@ -72,7 +73,7 @@ def test_sigterm_mid_run_leaves_no_container(tasks, docker_client, tmp_path: Pat
     while time.monotonic() < deadline and proc.poll() is None:
         mine = [
             c
-            for c in docker_client.containers.list(all=True, filters={"label": LABEL})
+            for c in docker_client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
             if c.labels.get(OWNER_LABEL, "").endswith(f":{proc.pid}")
         ]
         if mine:
@@ -147,3 +148,53 @@ def test_unknown_task_path_is_a_clear_error(tmp_path: Path) -> None:
     proc = _cli("--agent", "empty", "--tasks", str(tmp_path / "nope.jsonl"), env=dict(os.environ))
     log, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "nope.jsonl" in log and "Traceback" not in log
+
+
+# -- through Ray: `--ray local` starts a cluster in the eval process; its nodes get the `docker` resource -----------
+
+
+def _ray_or_skip() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:  # `make test` installs the extra; under CI=true its absence is a failure
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            raise
+        pytest.skip(f"the ray extra is not installed ({e}): pip install 'creditgym[ray]'")
+
+
+def _without_times(report: dict) -> dict:
+    return {
+        **{k: v for k, v in report.items() if k != "seconds"},
+        "instances": [{k: v for k, v in inst.items() if k != "seconds"} for inst in report["instances"]],
+    }
+
+
+def test_eval_through_ray_gives_the_same_report(tasks, tmp_path: Path) -> None:
+    _ray_or_skip()
+    reports = {}
+    for mode, extra in (("threads", ()), ("ray", ("--ray", "local"))):
+        out = tmp_path / mode
+        proc = _cli("--agent", "oracle", "--workers", "2", "--out", str(out), *extra)
+        log, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, log
+        reports[mode] = json.loads((out / "report.json").read_text())
+    assert _without_times(reports["ray"]) == _without_times(reports["threads"])
+    assert reports["ray"]["resolved"] == len(tasks) and reports["ray"]["infra_errors"] == 0
+    for inst in reports["ray"]["instances"]:
+        name = f"{inst['instance_id']}.jsonl"
+        ray_steps, steps = (_steps(tmp_path / mode / "trajectories" / name) for mode in ("ray", "threads"))
+        assert ray_steps == steps and len(steps) == 3  # apply the patch, submit, the verdict
+
+
+def _steps(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in path.open()]
+
+
+def test_eval_through_ray_without_a_docker_node_is_a_clear_error(tmp_path: Path) -> None:
+    _ray_or_skip()
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # no engine here: no docker node
+    proc = _cli("--agent", "oracle", "--ray", "local", "--out", str(tmp_path / "r"), env=env)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in log, log
+    assert "no node of the Ray cluster declares the 'docker' resource" in log
+    assert not (tmp_path / "r" / "report.json").exists()
