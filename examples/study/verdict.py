@@ -1,0 +1,138 @@
+"""The verdict per module of a `creditgym compare` study (issue 14): better, same or worse than the baseline, from
+the study's own numbers, with what the probe measured on the same task beside it.
+
+    python examples/study/verdict.py --study examples/results/study-chains \\
+        --probe examples/results/probe/chains-tiny-after/probe.json --out examples/results/study-chains/verdict.md
+
+With ``--out``, ``verdict.json`` beside it keeps the rows and the probe file quoted (relative to the repository).
+
+Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
+scores, its 95% t-interval, and the minimum detectable effect (80% power, 5% two-sided) that the differences'
+own spread gives (`creditgym.agents.stats.min_detectable_effect`). The verdict reads the interval only:
+``better`` when it lies above 0, ``worse`` when below, else ``no difference resolved``. "Same" is never claimed:
+an interval holding 0 says only that an effect beyond it was not there to see.
+
+The probe columns are the module's within-response Spearman and pooled Pearson correlation with the Monte-Carlo
+advantage A*, measured by `creditgym probe` on a batch of the same task at step 0 (the same model the study starts
+from), each with its bootstrap 95% interval; ``grpo``'s row is the bar a token-level module must beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from creditgym.agents.results import FINISHED, upgrade_results
+from creditgym.agents.stats import mean, min_detectable_effect, sample_sd, t_interval
+
+ROOT = Path(__file__).resolve().parents[2]
+BETTER, WORSE, UNRESOLVED = "better", "worse", "no difference resolved"
+
+
+def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per non-baseline entry of a study's results (either form): its paired difference to the baseline
+    over the seeds both finished, the 95% interval, the MDE and the verdict (None for fewer than 2 pairs)."""
+    results = upgrade_results(results)
+    baseline = results["baseline"]
+
+    def finals(entry: str) -> dict[int, float]:
+        return {
+            r["seed"]: r["final"]
+            for r in results["runs"]
+            if r["entry"] == entry and r["status"] == FINISHED and r["final"] is not None
+        }
+
+    base = finals(baseline)
+    rows = []
+    for entry in results["config"]["entries"]:
+        if entry == baseline:
+            continue
+        mine = finals(entry)
+        seeds = sorted(set(mine) & set(base))
+        diffs = [mine[s] - base[s] for s in seeds]
+        ci = t_interval(diffs)
+        sd = sample_sd(diffs) if ci else None
+        verdict = None if ci is None else BETTER if ci[0] > 0 else WORSE if ci[1] < 0 else UNRESOLVED
+        rows.append(
+            {
+                "entry": entry,
+                "seeds": seeds,
+                "diff": mean(diffs) if diffs else None,
+                "ci95": list(ci) if ci else None,
+                "sd": sd,
+                "mde": None if sd is None else min_detectable_effect(sd, len(diffs)),
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None:
+    """The probe's Spearman and Pearson figures of ``entry`` (its label in the probe), or None if not probed."""
+    scores = probe["modules"].get(entry)
+    return None if scores is None else {k: scores[k] for k in ("spearman", "pearson")}
+
+
+def _fig(figure: Mapping[str, Any] | None) -> str:
+    if not figure or figure["value"] is None:
+        return "not probed"
+    ci = figure["ci"]
+    return f"{figure['value']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> str:
+    """The verdict table (Markdown) of `verdict_rows`, with the probe's figures when ``probe`` is given."""
+    results = upgrade_results(results)
+    rows = verdict_rows(results)
+    baseline = results["baseline"]
+    head = f"| entry | seeds paired | Δ vs `{baseline}` (95% interval) | MDE | verdict |"
+    rule = "|---|---:|---:|---:|---|"
+    if probe is not None:
+        head += " probe: within-response Spearman with A* | probe: pooled Pearson with A* |"
+        rule += "---:|---:|"
+        figures = probe_figures(probe, baseline) or {}
+        base_row = f"| `{baseline}` | | baseline | | | {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
+    lines = [head, rule] + ([base_row] if probe is not None else [])
+    for row in rows:
+        if row["verdict"] is None:
+            cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | |"
+        else:
+            lo, hi = row["ci95"]
+            cells = (
+                f"| `{row['entry']}` | {len(row['seeds'])} | {row['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                f"| {row['mde']:.3f} | {row['verdict']} |"
+            )
+        if probe is not None:
+            figures = probe_figures(probe, row["entry"]) or {}
+            cells += f" {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
+        lines.append(cells)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--study", type=Path, required=True, help="a compare study folder (its results.json)")
+    parser.add_argument("--probe", type=Path, help="a probe.json of the same task at step 0")
+    parser.add_argument("--out", type=Path, help="write the table here too")
+    args = parser.parse_args(argv)
+    path = args.study / "results.json"
+    if not path.is_file():
+        parser.error(f"--study {args.study}: no results.json there")
+    results = json.loads(path.read_text())
+    probe = json.loads(args.probe.read_text()) if args.probe else None
+    table = verdict_markdown(results, probe)
+    print(table, end="")
+    if (
+        args.out
+    ):  # the table, and beside it its rows and the probe it quotes (what the tests check it against)
+        args.out.write_text(table)
+        probe_path = None if args.probe is None else args.probe.resolve().relative_to(ROOT).as_posix()
+        record = {"probe": probe_path, "rows": verdict_rows(results)}
+        args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""examples/study/verdict.py: the verdict per module from a study's own numbers, by hand, and the committed
+verdict tables against their studies and the README."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from creditgym.agents.compare import parse_entry
+from creditgym.agents.stats import min_detectable_effect, t_quantile
+
+ROOT = Path(__file__).resolve().parents[1]
+VERDICTS = sorted((ROOT / "examples" / "results").glob("*/verdict.md"))
+
+
+def _example(name: str) -> Any:
+    """``examples/study/<name>.py`` as a module (a dataclass looks its module up in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(f"study_{name}", ROOT / "examples" / "study" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"study_{name}"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+verdict = _example("verdict")
+
+
+def _run(entry: str, seed: int, final: float | None, status: str = "finished") -> dict[str, Any]:
+    return {
+        "entry": entry, "seed": seed, "status": status, "state": "ok", "steps_done": 4, "steps_planned": 4,
+        "final": final, "curve": [], "probe": [], "wall_s": 1.0, "step_s": 1.0, "config_hash": None,
+        "train_config": None, "log": "", "error": None,
+    }  # fmt: skip
+
+
+def _results(finals: dict[str, list[float | None]]) -> dict[str, Any]:
+    runs = [
+        _run(entry, seed, final, "finished" if final is not None else "partial")
+        for entry, row in finals.items()
+        for seed, final in enumerate(row)
+    ]
+    seeds = list(range(len(next(iter(finals.values())))))
+    config = {"entries": list(finals), "seeds": seeds, "train": {"steps": 4}}
+    return {"format": 2, "config": config, "baseline": "grpo", "runs": runs, "partial": False, "pilot": False}
+
+
+def test_verdicts_by_hand() -> None:
+    results = _results(
+        {
+            "grpo": [0.50, 0.60, 0.55, 0.40],
+            "up": [0.60, 0.72, 0.64, None],  # +0.10, +0.12, +0.09 on seeds 0-2; seed 3 not finished
+            "down": [0.40, 0.49, 0.46, 0.31],  # -0.10, -0.11, -0.09, -0.09
+            "flat": [0.52, 0.58, 0.56, 0.41],  # +0.02, -0.02, +0.01, +0.01
+            "alone": [0.9, None, None, None],
+        }
+    )
+    rows = {row["entry"]: row for row in verdict.verdict_rows(results)}
+    assert list(rows) == ["up", "down", "flat", "alone"]
+    up = rows["up"]
+    assert up["seeds"] == [0, 1, 2] and up["diff"] == pytest.approx(0.31 / 3)
+    sd = ((0.1 - 0.31 / 3) ** 2 + (0.12 - 0.31 / 3) ** 2 + (0.09 - 0.31 / 3) ** 2) ** 0.5 / 2**0.5
+    assert up["sd"] == pytest.approx(sd)
+    assert up["ci95"] == pytest.approx(
+        [0.31 / 3 - t_quantile(2) * sd / 3**0.5, 0.31 / 3 + t_quantile(2) * sd / 3**0.5]
+    )
+    assert up["mde"] == pytest.approx((4.302653 + 1.060660) * sd / 3**0.5, rel=1e-5)
+    assert (up["verdict"], rows["down"]["verdict"], rows["flat"]["verdict"]) == (
+        "better",
+        "worse",
+        verdict.UNRESOLVED,
+    )
+    assert rows["alone"]["verdict"] is None and rows["alone"]["seeds"] == [0]
+    table = verdict.verdict_markdown(results)
+    assert "| `alone` | 1 | fewer than 2 pairs |" in table and "| `down` | 4 | -0.098" in table
+
+
+def test_min_detectable_effect_needs_two_pairs() -> None:
+    assert min_detectable_effect(0.02, 6) == pytest.approx((2.570582 + 0.919544) * 0.02 / 6**0.5, rel=1e-5)
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        min_detectable_effect(0.02, 1)
+
+
+def test_probe_columns_show_the_probed_figures_and_say_what_was_not_probed() -> None:
+    results = _results({"grpo": [0.5, 0.6], "cast": [0.6, 0.7], "vine": [0.5, 0.6]})
+    fig = {"value": 0.125, "ci": [0.05, 0.2]}
+    probe = {"modules": {"grpo": {"spearman": {"value": 0.0, "ci": [0.0, 0.0]}, "pearson": fig},
+                         "cast": {"spearman": fig, "pearson": fig}}}  # fmt: skip
+    table = verdict.verdict_markdown(results, probe)
+    assert "| `grpo` | | baseline | | | +0.000 [+0.000, +0.000] | +0.125 [+0.050, +0.200] |" in table
+    assert "| `cast` | 2 | +0.100" in table and table.count("+0.125 [+0.050, +0.200]") == 3
+    assert (
+        "| `vine` | 2 | +0.000 [+0.000, +0.000] | 0.000 | no difference resolved | not probed | not probed |"
+        in table
+    )
+
+
+@pytest.mark.parametrize("path", VERDICTS, ids=[p.parent.name for p in VERDICTS])
+def test_committed_verdicts_are_their_studies_and_in_the_readme(path: Path) -> None:
+    """Each committed verdict.md is verdict.py's table of its study (and the probe its first line names)."""
+    text = path.read_text()
+    source = json.loads((path.parent / "verdict.json").read_text())  # {"probe": "examples/results/..."}
+    results = json.loads((path.parent / "results.json").read_text())
+    probe = json.loads((ROOT / source["probe"]).read_text()) if source.get("probe") else None
+    assert text == verdict.verdict_markdown(results, probe)
+    assert text in (ROOT / "README.md").read_text()
+
+
+def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path) -> None:
+    diag = _example("diagnostics")
+    (tmp_path / "config.json").write_text(
+        json.dumps({"entries": ["grpo", "cast:b_wrong=0"], "seeds": [0, 1]})
+    )
+
+    def write(slug: str, seed: int, rows: list[dict[str, Any]]) -> None:
+        folder = tmp_path / "runs" / slug / f"seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def row(step: int, reward: float, **extra: float) -> dict[str, Any]:
+        return {
+            "step": step,
+            "rollout/reward": reward,
+            "actor/entropy": 0.1,
+            "rollout/response_tokens": 10,
+            **extra,
+        }
+
+    write("grpo", 0, [row(1, 0.0), row(2, 1.0), row(3, 1.0), {"step": 3, "eval/accuracy": 0.5}])
+    write("grpo", 1, [row(1, 0.5), row(2, 0.5)])  # stopped after step 2: no second window
+    slug = parse_entry("cast:b_wrong=0").slug
+    write(
+        slug,
+        0,
+        [row(1, 0.2, **{"credit/cast/adv_mean": -0.5}), row(2, 0.4, **{"credit/cast/adv_mean": -0.1})],
+    )
+    rows = diag.diagnostics(tmp_path, 2)
+    assert [(r["entry"], r["steps"], r["seeds"]) for r in rows] == [
+        ("grpo", [1, 2], 2), ("grpo", [3, 4], 1), ("cast:b_wrong=0", [1, 2], 1)
+    ]  # fmt: skip
+    assert rows[0]["reward"] == pytest.approx((0.5 + 0.5) / 2) and rows[1]["reward"] == 1.0
+    assert rows[0]["mean advantage"] is None and rows[2]["mean advantage"] == pytest.approx(-0.3)
+    table = diag.markdown(rows)
+    assert "| `cast:b_wrong=0` | 1-2 | 1 | 0.300 | 0.100 | 10.0 | -0.300 |  |  |  |" in table
+
+
+def test_rerunning_grpo_seed_0_reproduced_the_committed_study_run() -> None:
+    """The cast:b_wrong=0 follow-up ran `grpo` seed 0 again with the study's settings (a fresh folder, the same
+    command): the same resolved config, and the same held-out curve to the last digit."""
+    study = ROOT / "examples" / "results" / "study-chains"
+    first = json.loads((study / "results.json").read_text())["runs"]
+    again = json.loads((study / "cast-bwrong0" / "results.json").read_text())["runs"]
+    (a,) = [r for r in first if (r["entry"], r["seed"]) == ("grpo", 0)]
+    (b,) = [r for r in again if (r["entry"], r["seed"]) == ("grpo", 0)]
+    assert a["status"] == b["status"] == "finished"
+    assert a["config_hash"] == b["config_hash"] and a["train_config"] == b["train_config"]
+    assert a["curve"] == b["curve"] and len(a["curve"]) == 4
