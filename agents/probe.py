@@ -65,6 +65,7 @@ __all__ = [
     "find_checkpoint",
     "module_advantages",
     "module_credit",
+    "probe_batch",
     "probe_metrics",
     "run_probe",
     "sample_batch",
@@ -161,6 +162,21 @@ def sample_batch(
         groups += [p] * group
     agent = PolicyAgent(policy, temperature=temperature, top_p=top_p, generator=_generator(policy, seed))
     return [ep for ep in play(agent, envs, groups, rng=rng) if ep.infra_error is None]
+
+
+def probe_batch(setup: ProbeSetup, cfg: ProbeConfig) -> list[Episode]:
+    """The batch `run_probe` draws for ``cfg`` (its seed, the run's temperature and top-p): a script that
+    re-scores a saved ``probe.json`` gets the very responses it holds."""
+    with torch.no_grad():
+        return sample_batch(
+            setup.policy,
+            setup.env,
+            cfg.prompts,
+            cfg.group,
+            seed=_seed(cfg.seed, 1),
+            temperature=setup.run.temperature,
+            top_p=setup.run.top_p,
+        )
 
 
 def module_advantages(*args: Any, **kwargs: Any) -> list[np.ndarray]:
@@ -441,22 +457,14 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
     t_start = time.perf_counter()
     out = Path(out)
     setup = setup_probe(cfg)
-    run, env_id, policy, env, settings = setup.run, setup.env_id, setup.policy, setup.env, setup.settings
+    run, env_id, policy, settings = setup.run, setup.env_id, setup.policy, setup.settings
     out.mkdir(parents=True, exist_ok=True)
     t_setup = time.perf_counter()
     stage, est = "batch", None
     _write_json(out / "probe.json", {"complete": False, "stage": stage, "config": settings})
     try:
         with torch.no_grad():
-            episodes = sample_batch(
-                policy,
-                env,
-                cfg.prompts,
-                cfg.group,
-                seed=_seed(cfg.seed, 1),
-                temperature=run.temperature,
-                top_p=run.top_p,
-            )
+            episodes = probe_batch(setup, cfg)
             if not episodes:
                 raise RuntimeError(f"every response of the batch hit an infrastructure fault on {env_id!r}")
             check_one_turn(episodes, env_id, cfg.max_turns)

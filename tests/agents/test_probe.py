@@ -20,7 +20,7 @@ import torch
 from creditgym import credit
 from creditgym.agents.checkpoint import latest_checkpoint, load_checkpoint
 from creditgym.agents.config import TrainConfig
-from creditgym.agents.probe import ProbeConfig, setup_probe
+from creditgym.agents.probe import ProbeConfig, probe_batch, setup_probe
 from creditgym.agents.probe_report import (
     bootstrap_figures,
     decisive_share,
@@ -335,6 +335,23 @@ def test_after_tables_reuse_their_before_batch() -> None:
         assert a["timing"]["reused_from"].endswith(f"{before.parent.name}/probe.json")
         assert [r["astar"] for r in a["responses"]] == [r["astar"] for r in b["responses"]]
         assert a["modules"]["grpo"] == b["modules"]["grpo"]  # an unchanged module scores the same
+
+
+def test_probe_batch_draws_a_committed_probes_responses_again() -> None:
+    """The re-scoring scripts under examples/results/probe start from `probe_batch`: from a committed probe's
+    own settings it gives that probe's responses, token for token."""
+    saved = json.loads((ROOT / "examples/results/probe/chains-tiny-before/probe.json").read_text())
+    fields = {f.name for f in dataclasses.fields(ProbeConfig)}
+    settings = {k: v for k, v in saved["config"].items() if k in fields and k != "credit"}
+    cfg = ProbeConfig(**settings, credit=("grpo",))
+    setup = setup_probe(cfg)
+    episodes = probe_batch(setup, cfg)
+    drawn = [[ep.env.tokenizer.decode([t]) for t in ep.env.response_tokens().tolist()] for ep in episodes]
+    assert drawn == [r["tokens"] for r in saved["responses"]]
+    other = probe_batch(setup, dataclasses.replace(cfg, seed=cfg.seed + 1))
+    assert [ep.env.response_tokens().tolist() for ep in other] != [
+        ep.env.response_tokens().tolist() for ep in episodes
+    ]
 
 
 def test_committed_results_cover_math_and_rubric() -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from creditgym.agents import teachers
-from creditgym.agents.probe import ProbeConfig, ProbeSetup, _seed, sample_batch, setup_probe
+from creditgym.agents.probe import ProbeConfig, ProbeSetup, probe_batch, setup_probe
 from creditgym.agents.signals import ForwardRequest, StepContext
 
 
@@ -48,9 +48,7 @@ def main() -> None:
     setup = setup_probe(cfg)
     ((_, _, providers),) = setup.modules.values()
     teacher = providers["teacher_logprobs"]
-    episodes = sample_batch(
-        setup.policy, setup.env, cfg.prompts, cfg.group, seed=_seed(cfg.seed, 1), temperature=1.0, top_p=1.0
-    )
+    episodes = probe_batch(setup, cfg)
     ctx = StepContext.of(0, episodes, setup.policy, ForwardRequest())
     gaps = []
     n = int(args.context.partition(":")[2] or 0)

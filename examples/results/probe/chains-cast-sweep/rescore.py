@@ -1,6 +1,6 @@
 """Score many CAST variants on a finished probe's batch and A*, without new rollouts.
 
-The probe's batch is drawn again from the same checkpoint and seed (``creditgym.agents.probe.sample_batch``; the
+The probe's batch is drawn again from the same checkpoint and seed (``creditgym.agents.probe.probe_batch``; the
 decoded tokens are checked against ``probe.json``), every variant computes its advantages on it with the
 trainer's providers, and each is scored against the A* stored in ``probe.json``: the four probe figures (95%
 bootstrap intervals over responses, the same resamples for every variant) and the flip mark's figures
@@ -25,7 +25,7 @@ from creditgym.agents.probe import (
     ProbeConfig,
     _seed,
     module_credit,
-    sample_batch,
+    probe_batch,
     setup_probe,
 )
 from creditgym.agents.probe_report import bootstrap_figures, mark_figures, response_ingredients
@@ -69,15 +69,7 @@ def main() -> None:
         teacher = providers.get("teacher_logprobs")
         if state is not None and teacher is not None and getattr(teacher, "kind", "") in ("snapshot", "ema"):
             teacher.load_state_dict(state["providers"]["teacher_logprobs"])
-    episodes = sample_batch(
-        setup.policy,
-        setup.env,
-        cfg.prompts,
-        cfg.group,
-        seed=_seed(cfg.seed, 1),
-        temperature=setup.run.temperature,
-        top_p=setup.run.top_p,
-    )
+    episodes = probe_batch(setup, cfg)
     responses = probe["responses"]
     assert len(episodes) == len(responses), (len(episodes), len(responses))
     for ep, r in zip(episodes, responses, strict=True):

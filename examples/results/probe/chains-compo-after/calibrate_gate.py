@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from creditgym.agents.probe import ProbeConfig, _seed, sample_batch, setup_probe
+from creditgym.agents.probe import ProbeConfig, probe_batch, setup_probe
 from creditgym.agents.signals import StepContext
 from creditgym.credit.compo import CompPOConfig, compo_gate
 from creditgym.credit.gae import masked_whiten
@@ -74,15 +74,7 @@ def main() -> None:
     setup = setup_probe(cfg)
     _, credit_cfg, providers = setup.modules["compo"]
     with torch.no_grad():
-        episodes = sample_batch(
-            setup.policy,
-            setup.env,
-            cfg.prompts,
-            cfg.group,
-            seed=_seed(cfg.seed, 1),
-            temperature=setup.run.temperature,
-            top_p=setup.run.top_p,
-        )
+        episodes = probe_batch(setup, cfg)
         provider = providers["attention_stats"]
         ctx = StepContext.of(setup.step, episodes, setup.policy, provider.forward_request())
         kappa = provider.compute(ctx).double().cpu()  # (B, T)

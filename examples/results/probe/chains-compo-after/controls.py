@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from creditgym.agents.probe import ProbeConfig, _seed, module_advantages, sample_batch, setup_probe
+from creditgym.agents.probe import (
+    ProbeConfig,
+    _seed,
+    module_advantages,
+    probe_batch,
+    setup_probe,
+)
 from creditgym.agents.probe_report import _cell, bootstrap_figures, response_ingredients
 
 FIGS = ("spearman", "pearson", "decisive_share", "sign_agreement")
@@ -67,15 +73,7 @@ def main() -> None:
     )
     setup = setup_probe(cfg)
     module, trained_cfg, providers = setup.modules["compo"]
-    episodes = sample_batch(
-        setup.policy,
-        setup.env,
-        cfg.prompts,
-        cfg.group,
-        seed=_seed(cfg.seed, 1),
-        temperature=setup.run.temperature,
-        top_p=setup.run.top_p,
-    )
+    episodes = probe_batch(setup, cfg)
     responses = probe["responses"]
     tokens = [
         [ep.env.tokenizer.decode([t]) for t in ep.env.ledger.token_id[ep.env.ledger.policy_mask]]

@@ -42,7 +42,7 @@ from creditgym.agents.probe import (
     _seed,
     _write_json,
     module_advantages,
-    sample_batch,
+    probe_batch,
     score,
     setup_probe,
 )
@@ -135,23 +135,10 @@ def cort_signals(
     return ctx, delta, signals["criterion_spans"]
 
 
-def the_batch(setup: ProbeSetup, cfg: ProbeConfig) -> list[Episode]:
-    with torch.no_grad():
-        return sample_batch(
-            setup.policy,
-            setup.env,
-            cfg.prompts,
-            cfg.group,
-            seed=_seed(cfg.seed, 1),
-            temperature=setup.run.temperature,
-            top_p=setup.run.top_p,
-        )
-
-
 def calibrate() -> None:
     cfg = ProbeConfig(**HARD, credit=("cort",))  # type: ignore[arg-type]
     setup = setup_probe(cfg)
-    episodes = the_batch(setup, cfg)
+    episodes = probe_batch(setup, cfg)
     ctx, delta, spans = cort_signals(setup, episodes)
     valid = ctx.policy_mask & torch.isfinite(delta)
     dv = delta[valid]
@@ -240,7 +227,7 @@ def rescore(base_dir: Path, out: Path, labels: list[str]) -> None:
         shown=c["shown"],
     )
     setup = setup_probe(cfg)
-    episodes = the_batch(setup, cfg)
+    episodes = probe_batch(setup, cfg)
     est = plan(episodes, c["k"], c["every"])
     rows = base["responses"]
     tok = setup.policy.tokenizer
