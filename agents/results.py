@@ -201,7 +201,9 @@ def summary_markdown(results: Mapping[str, Any]) -> str:
 
 
 def _not_finished(run: Mapping[str, Any]) -> str:
-    """``failed``, or ``partial (k of n steps)``."""
+    """``failed``, ``not started`` (no run folder yet), or ``partial (k of n steps)``."""
+    if run.get("state") == "missing":
+        return "not started"
     if run["status"] == PARTIAL:
         return f"partial ({run['steps_done']} of {run['steps_planned']} steps)"
     return str(run["status"])

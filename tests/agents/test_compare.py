@@ -239,10 +239,19 @@ def test_summary_markdown_on_fixed_results() -> None:
             "log": "runs/grpo/seed3/train.log",
         }
     )
+    results["runs"].append(
+        {
+            **results["runs"][0],
+            "seed": 4,
+            "final": None,
+            "status": "missing",
+            "log": "runs/grpo/seed4/train.log",
+        }
+    )
     row = results["summary"][1]
     assert row["n"] == 3 and row["diff_vs_baseline"] == pytest.approx(0.1) and row["step_time_ratio"] == 1.5
     assert summary_markdown(results) == (
-        "**Partial study**: 6 of 7 runs finished; the table counts finished runs only, and the study is not "
+        "**Partial study**: 6 of 8 runs finished; the table counts finished runs only, and the study is not "
         "complete.\n"
         "\n"
         "Held-out score (greedy, the env's test split) of `creditgym/Math-v0` after 10 steps, seeds 0, 1, 2: "
@@ -257,6 +266,7 @@ def test_summary_markdown_on_fixed_results() -> None:
         "Runs not in the table:\n"
         "\n"
         "- `grpo` seed 3: failed (`runs/grpo/seed3/train.log`)\n"
+        "- `grpo` seed 4: not started (`runs/grpo/seed4/train.log`)\n"
     )
     assert summary_markdown(results) == summary_markdown(json.loads(json.dumps(results)))  # pure, JSON-stable
 
