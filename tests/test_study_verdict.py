@@ -111,6 +111,37 @@ def test_committed_verdicts_are_their_studies_and_in_the_readme(path: Path) -> N
     assert text in (ROOT / "README.md").read_text()
 
 
+def test_curve_differences_by_hand() -> None:
+    results = _results({"grpo": [0.5, 0.6, 0.4], "up": [0.6, 0.7, None]})
+    curves = {("grpo", 0): [0.2, 0.4, 0.5], ("grpo", 1): [0.2, 0.5, 0.6], ("grpo", 2): [0.2, 0.3, 0.4]}
+    curves |= {("up", 0): [0.2, 0.45, 0.6], ("up", 1): [0.2, 0.6, 0.7], ("up", 2): [0.2, 0.3, 0.3]}
+    for run in results["runs"]:  # held-out steps 0, 2, 4; up's seed 2 did not finish, so it is not paired
+        run["curve"] = [
+            [step, v] for step, v in zip((0, 2, 4), curves[run["entry"], run["seed"]], strict=True)
+        ]
+    rows = verdict.curve_rows(results)
+    assert [(r["entry"], r["step"], r["seeds"]) for r in rows] == [("up", 2, [0, 1]), ("up", 4, [0, 1])]
+    at2 = rows[0]
+    assert at2["diff"] == pytest.approx(0.075)
+    half = t_quantile(1) * (0.05**2 / 2) ** 0.5 / 2**0.5  # diffs 0.05 and 0.10: sd 0.05 / sqrt(2)
+    assert at2["ci95"] == pytest.approx([0.075 - half, 0.075 + half])
+    assert rows[1]["diff"] == pytest.approx(0.1) and rows[1]["ci95"] == pytest.approx([0.1, 0.1])
+    table = verdict.curve_markdown(results)
+    assert "| entry | seeds paired | Δ vs `grpo` at step 2 | Δ vs `grpo` at step 4 |" in table
+    assert "| `up` | 2 | +0.075 [" in table and "| +0.100 [+0.100, +0.100] |" in table
+
+
+@pytest.mark.parametrize("path", VERDICTS, ids=[p.parent.name for p in VERDICTS])
+def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: Path) -> None:
+    results = json.loads((path.parent / "results.json").read_text())
+    text = (path.parent / "curve.md").read_text()
+    assert text == verdict.curve_markdown(results)
+    assert json.loads((path.parent / "verdict.json").read_text())["curve"] == json.loads(
+        json.dumps(verdict.curve_rows(results))
+    )
+    assert text in (ROOT / "README.md").read_text()
+
+
 def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path) -> None:
     diag = _example("diagnostics")
     (tmp_path / "config.json").write_text(

@@ -4,7 +4,9 @@ the study's own numbers, with what the probe measured on the same task beside it
     python examples/study/verdict.py --study examples/results/study-chains \\
         --probe examples/results/probe/chains-tiny-after/probe.json --out examples/results/study-chains/verdict.md
 
-With ``--out``, ``verdict.json`` beside it keeps the rows and the probe file quoted (relative to the repository).
+With ``--out``, ``curve.md`` beside it holds the paired difference at every held-out step of the curves
+(`curve_rows`), and ``verdict.json`` keeps both tables' rows and the probe file quoted (relative to the
+repository).
 
 Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
 scores, its 95% t-interval, and the minimum detectable effect (80% power, 5% two-sided) that the differences'
@@ -70,6 +72,70 @@ def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per non-baseline entry and held-out step after 0: the paired difference to the baseline at that step of
+    the curve, over the seeds where both finished, with its 95% t-interval (None for fewer than 2 pairs).
+
+    Step 0 is left out: every run of a study starts from the same model, so its difference is 0 by construction.
+    """
+    results = upgrade_results(results)
+    baseline = results["baseline"]
+
+    def curves(entry: str) -> dict[int, dict[int, float]]:
+        return {
+            r["seed"]: {int(step): value for step, value in r["curve"]}
+            for r in results["runs"]
+            if r["entry"] == entry and r["status"] == FINISHED
+        }
+
+    base = curves(baseline)
+    rows = []
+    for entry in results["config"]["entries"]:
+        if entry == baseline:
+            continue
+        mine = curves(entry)
+        seeds = sorted(set(mine) & set(base))
+        steps = sorted(set.intersection(*(set(mine[s]) & set(base[s]) for s in seeds)) - {0}) if seeds else []
+        for step in steps:
+            diffs = [mine[s][step] - base[s][step] for s in seeds]
+            ci = t_interval(diffs)
+            rows.append(
+                {
+                    "entry": entry,
+                    "step": step,
+                    "seeds": seeds,
+                    "diff": mean(diffs),
+                    "ci95": list(ci) if ci else None,
+                }
+            )
+    return rows
+
+
+def curve_markdown(results: Mapping[str, Any]) -> str:
+    """The table (Markdown) of `curve_rows`: one row per entry, one column per held-out step."""
+    rows = curve_rows(results)
+    baseline = upgrade_results(results)["baseline"]
+    steps = sorted({row["step"] for row in rows})
+    lines = [
+        "| entry | seeds paired | " + " | ".join(f"Δ vs `{baseline}` at step {s}" for s in steps) + " |",
+        "|---|---:|" + "---:|" * len(steps),
+    ]
+    for entry in dict.fromkeys(row["entry"] for row in rows):
+        mine = {row["step"]: row for row in rows if row["entry"] == entry}
+        cells = []
+        for step in steps:
+            row = mine.get(step)
+            if row is None:
+                cells.append("")
+            elif row["ci95"] is None:
+                cells.append(f"{row['diff']:+.3f}")
+            else:
+                cells.append(f"{row['diff']:+.3f} [{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]")
+        seeds = len(next(iter(mine.values()))["seeds"])
+        lines.append(f"| `{entry}` | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None:
     """The probe's Spearman and Pearson figures of ``entry`` (its label in the probe), or None if not probed."""
     scores = probe["modules"].get(entry)
@@ -123,14 +189,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--study {args.study}: no results.json there")
     results = json.loads(path.read_text())
     probe = json.loads(args.probe.read_text()) if args.probe else None
-    table = verdict_markdown(results, probe)
-    print(table, end="")
+    table, curve = verdict_markdown(results, probe), curve_markdown(results)
+    print(table, curve, sep="\n", end="")
     if (
         args.out
-    ):  # the table, and beside it its rows and the probe it quotes (what the tests check it against)
+    ):  # the tables, and beside them the rows and the probe quoted (what the tests check them against)
         args.out.write_text(table)
+        args.out.with_name("curve.md").write_text(curve)
         probe_path = None if args.probe is None else args.probe.resolve().relative_to(ROOT).as_posix()
-        record = {"probe": probe_path, "rows": verdict_rows(results)}
+        record = {"probe": probe_path, "rows": verdict_rows(results), "curve": curve_rows(results)}
         args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
 
 
