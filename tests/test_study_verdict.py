@@ -16,6 +16,10 @@ from creditgym.agents.stats import min_detectable_effect, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = sorted((ROOT / "examples" / "results").glob("*/verdict.md"))
+#: The curve tables of the studies and of their follow-ups (``study-chains/controls``).
+CURVES = sorted((ROOT / "examples" / "results").glob("*/curve.md")) + sorted(
+    (ROOT / "examples" / "results").glob("*/*/curve.md")
+)
 
 
 def _example(name: str) -> Any:
@@ -131,7 +135,7 @@ def test_curve_differences_by_hand() -> None:
     assert "| `up` | 2 | +0.075 [" in table and "| +0.100 [+0.100, +0.100] |" in table
 
 
-@pytest.mark.parametrize("path", VERDICTS, ids=[p.parent.name for p in VERDICTS])
+@pytest.mark.parametrize("path", CURVES, ids=[p.parent.name for p in CURVES])
 def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: Path) -> None:
     results = json.loads((path.parent / "results.json").read_text())
     text = (path.parent / "curve.md").read_text()
@@ -140,6 +144,21 @@ def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: P
         json.dumps(verdict.curve_rows(results))
     )
     assert text in (ROOT / "README.md").read_text()
+
+
+DIAGNOSTICS = sorted((ROOT / "examples" / "results").glob("*/diagnostics.md")) + sorted(
+    (ROOT / "examples" / "results").glob("*/*/diagnostics.md")
+)
+
+
+@pytest.mark.parametrize("path", DIAGNOSTICS, ids=[p.parent.name for p in DIAGNOSTICS])
+def test_committed_diagnostics_are_their_rows_and_in_the_readme(path: Path) -> None:
+    """diagnostics.md is the rendering of the rows beside it, for the study's entries, and the README quotes it."""
+    rows = json.loads(path.with_suffix(".json").read_text())
+    assert path.read_text() == _example("diagnostics").markdown(rows)
+    entries = json.loads((path.parent / "results.json").read_text())["config"]["entries"]
+    assert list(dict.fromkeys(row["entry"] for row in rows)) == entries
+    assert path.read_text() in (ROOT / "README.md").read_text()
 
 
 def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path) -> None:
@@ -180,12 +199,13 @@ def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path
     assert "| `cast:b_wrong=0` | 1-2 | 1 | 0.300 | 0.100 | 10.0 | -0.300 |  |  |  |" in table
 
 
-def test_rerunning_grpo_seed_0_reproduced_the_committed_study_run() -> None:
-    """The cast:b_wrong=0 follow-up ran `grpo` seed 0 again with the study's settings (a fresh folder, the same
-    command): the same resolved config, and the same held-out curve to the last digit."""
+@pytest.mark.parametrize("follow_up", ["cast-bwrong0", "controls"])
+def test_rerunning_grpo_seed_0_reproduced_the_committed_study_run(follow_up: str) -> None:
+    """Each follow-up of the chains study ran `grpo` seed 0 again with the study's settings (a fresh folder, the
+    same command): the same resolved config, and the same held-out curve to the last digit."""
     study = ROOT / "examples" / "results" / "study-chains"
     first = json.loads((study / "results.json").read_text())["runs"]
-    again = json.loads((study / "cast-bwrong0" / "results.json").read_text())["runs"]
+    again = json.loads((study / follow_up / "results.json").read_text())["runs"]
     (a,) = [r for r in first if (r["entry"], r["seed"]) == ("grpo", 0)]
     (b,) = [r for r in again if (r["entry"], r["seed"]) == ("grpo", 0)]
     assert a["status"] == b["status"] == "finished"

@@ -34,6 +34,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BETTER, WORSE, UNRESOLVED = "better", "worse", "no difference resolved"
 
 
+def finished(results: Mapping[str, Any], entry: str) -> dict[int, Mapping[str, Any]]:
+    """The finished runs of ``entry`` in a study's results (current form), by seed."""
+    return {r["seed"]: r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED}
+
+
 def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per non-baseline entry of a study's results (either form): its paired difference to the baseline
     over the seeds both finished, the 95% interval, the MDE and the verdict (None for fewer than 2 pairs)."""
@@ -41,11 +46,7 @@ def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     baseline = results["baseline"]
 
     def finals(entry: str) -> dict[int, float]:
-        return {
-            r["seed"]: r["final"]
-            for r in results["runs"]
-            if r["entry"] == entry and r["status"] == FINISHED and r["final"] is not None
-        }
+        return {s: r["final"] for s, r in finished(results, entry).items() if r["final"] is not None}
 
     base = finals(baseline)
     rows = []
@@ -82,11 +83,7 @@ def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     baseline = results["baseline"]
 
     def curves(entry: str) -> dict[int, dict[int, float]]:
-        return {
-            r["seed"]: {int(step): value for step, value in r["curve"]}
-            for r in results["runs"]
-            if r["entry"] == entry and r["status"] == FINISHED
-        }
+        return {s: {int(step): v for step, v in r["curve"]} for s, r in finished(results, entry).items()}
 
     base = curves(baseline)
     rows = []
