@@ -199,15 +199,27 @@ def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path
     assert "| `cast:b_wrong=0` | 1-2 | 1 | 0.300 | 0.100 | 10.0 | -0.300 |  |  |  |" in table
 
 
-@pytest.mark.parametrize("follow_up", ["cast-bwrong0", "controls"])
-def test_rerunning_grpo_seed_0_reproduced_the_committed_study_run(follow_up: str) -> None:
-    """Each follow-up of the chains study ran `grpo` seed 0 again with the study's settings (a fresh folder, the
-    same command): the same resolved config, and the same held-out curve to the last digit."""
+FOLLOW_UPS = sorted(
+    p.parent.name for p in (ROOT / "examples" / "results" / "study-chains").glob("*/results.json")
+)
+
+
+@pytest.mark.parametrize("follow_up", FOLLOW_UPS)
+def test_rerunning_grpo_reproduced_the_committed_study_runs(follow_up: str) -> None:
+    """Each follow-up of the chains study ran `grpo` again with the study's settings (a fresh folder, the same
+    command) for its seeds: the same resolved config, and the same held-out curve to the last digit."""
     study = ROOT / "examples" / "results" / "study-chains"
-    first = json.loads((study / "results.json").read_text())["runs"]
-    again = json.loads((study / follow_up / "results.json").read_text())["runs"]
-    (a,) = [r for r in first if (r["entry"], r["seed"]) == ("grpo", 0)]
-    (b,) = [r for r in again if (r["entry"], r["seed"]) == ("grpo", 0)]
-    assert a["status"] == b["status"] == "finished"
-    assert a["config_hash"] == b["config_hash"] and a["train_config"] == b["train_config"]
-    assert a["curve"] == b["curve"] and len(a["curve"]) == 4
+    first = {
+        r["seed"]: r for r in json.loads((study / "results.json").read_text())["runs"] if r["entry"] == "grpo"
+    }
+    again = [
+        r
+        for r in json.loads((study / follow_up / "results.json").read_text())["runs"]
+        if r["entry"] == "grpo"
+    ]
+    assert again
+    for b in again:
+        a = first[b["seed"]]
+        assert a["status"] == b["status"] == "finished"
+        assert a["config_hash"] == b["config_hash"] and a["train_config"] == b["train_config"]
+        assert a["curve"] == b["curve"] and len(a["curve"]) == 4
