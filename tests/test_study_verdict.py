@@ -16,10 +16,15 @@ from creditgym.agents.stats import min_detectable_effect, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = sorted((ROOT / "examples" / "results").glob("*/verdict.md"))
-#: The curve tables of the studies and of their follow-ups (``study-chains/controls``).
-CURVES = sorted((ROOT / "examples" / "results").glob("*/curve.md")) + sorted(
-    (ROOT / "examples" / "results").glob("*/*/curve.md")
-)
+
+
+def _committed(name: str) -> list[Path]:
+    """The committed files ``name`` of the studies and of their follow-ups (``study-chains/controls``)."""
+    results = ROOT / "examples" / "results"
+    return sorted(results.glob(f"*/{name}")) + sorted(results.glob(f"*/*/{name}"))
+
+
+CURVES = _committed("curve.md")
 
 
 def _example(name: str) -> Any:
@@ -146,9 +151,7 @@ def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: P
     assert text in (ROOT / "README.md").read_text()
 
 
-DIAGNOSTICS = sorted((ROOT / "examples" / "results").glob("*/diagnostics.md")) + sorted(
-    (ROOT / "examples" / "results").glob("*/*/diagnostics.md")
-)
+DIAGNOSTICS = _committed("diagnostics.md")
 
 
 @pytest.mark.parametrize("path", DIAGNOSTICS, ids=[p.parent.name for p in DIAGNOSTICS])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +34,28 @@ ROOT = Path(__file__).resolve().parents[2]
 BETTER, WORSE, UNRESOLVED = "better", "worse", "no difference resolved"
 
 
-def finished(results: Mapping[str, Any], entry: str) -> dict[int, Mapping[str, Any]]:
-    """The finished runs of ``entry`` in a study's results (current form), by seed."""
-    return {r["seed"]: r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED}
+def paired(
+    results: Mapping[str, Any], value: Callable[[Mapping[str, Any]], Any]
+) -> Iterator[tuple[str, list[int], dict[int, Any], dict[int, Any]]]:
+    """Per non-baseline entry of a study's results (current form): the seeds where both it and the baseline
+    finished with a ``value`` (not None), and that value of each run by seed, the entry's and the baseline's."""
+
+    def by_seed(entry: str) -> dict[int, Any]:
+        runs = (r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED)
+        return {r["seed"]: v for r in runs if (v := value(r)) is not None}
+
+    base = by_seed(results["baseline"])
+    for entry in results["config"]["entries"]:
+        if entry != results["baseline"]:
+            mine = by_seed(entry)
+            yield entry, sorted(set(mine) & set(base)), mine, base
 
 
 def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per non-baseline entry of a study's results (either form): its paired difference to the baseline
     over the seeds both finished, the 95% interval, the MDE and the verdict (None for fewer than 2 pairs)."""
-    results = upgrade_results(results)
-    baseline = results["baseline"]
-
-    def finals(entry: str) -> dict[int, float]:
-        return {s: r["final"] for s, r in finished(results, entry).items() if r["final"] is not None}
-
-    base = finals(baseline)
     rows = []
-    for entry in results["config"]["entries"]:
-        if entry == baseline:
-            continue
-        mine = finals(entry)
-        seeds = sorted(set(mine) & set(base))
+    for entry, seeds, mine, base in paired(upgrade_results(results), lambda r: r["final"]):
         diffs = [mine[s] - base[s] for s in seeds]
         ci = t_interval(diffs)
         sd = sample_sd(diffs) if ci else None
@@ -79,19 +80,12 @@ def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     Step 0 is left out: every run of a study starts from the same model, so its difference is 0 by construction.
     """
-    results = upgrade_results(results)
-    baseline = results["baseline"]
 
-    def curves(entry: str) -> dict[int, dict[int, float]]:
-        return {s: {int(step): v for step, v in r["curve"]} for s, r in finished(results, entry).items()}
+    def curve(run: Mapping[str, Any]) -> dict[int, float]:
+        return {int(step): v for step, v in run["curve"]}
 
-    base = curves(baseline)
     rows = []
-    for entry in results["config"]["entries"]:
-        if entry == baseline:
-            continue
-        mine = curves(entry)
-        seeds = sorted(set(mine) & set(base))
+    for entry, seeds, mine, base in paired(upgrade_results(results), curve):
         steps = sorted(set.intersection(*(set(mine[s]) & set(base[s]) for s in seeds)) - {0}) if seeds else []
         for step in steps:
             diffs = [mine[s][step] - base[s][step] for s in seeds]
