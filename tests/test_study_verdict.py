@@ -151,6 +151,46 @@ def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: P
     assert text in (ROOT / "README.md").read_text()
 
 
+def test_probe_rows_average_each_probed_step_over_the_finished_runs_by_hand() -> None:
+    results = _results({"grpo": [0.5, 0.6], "cast": [0.6, None]})
+    logged = {
+        ("grpo", 0): [
+            (0, {"spearman": None, "pearson": 0.10, "ceiling_spearman": 0.4}),
+            (2, {"pearson": 0.30}),
+        ],
+        ("grpo", 1): [(0, {"spearman": None, "pearson": 0.20, "ceiling_spearman": 0.2})],
+        ("cast", 0): [(0, {"spearman": 0.05, "pearson": 0.15, "decisive_share": 0.5})],
+        ("cast", 1): [(0, {"spearman": 0.9, "pearson": 0.9})],  # not finished: not averaged
+    }
+    for run in results["runs"]:
+        run["probe"] = [{"step": k, "figures": f} for k, f in logged[run["entry"], run["seed"]]]
+    rows = verdict.probe_rows(results)
+    assert [(r["entry"], r["step"], r["seeds"]) for r in rows] == [
+        ("grpo", 0, [0, 1]), ("grpo", 2, [0]), ("cast", 0, [0])
+    ]  # fmt: skip
+    assert rows[0]["pearson"] == pytest.approx(0.15) and rows[0]["ceiling_spearman"] == pytest.approx(0.3)
+    assert rows[0]["spearman"] is None and rows[1]["pearson"] == pytest.approx(0.30)
+    assert rows[2]["spearman"] == pytest.approx(0.05) and rows[2]["decisive_share"] == pytest.approx(0.5)
+    table = verdict.probe_markdown(results)
+    assert "| `grpo` | 0 | 2 |  | +0.150 |  | +0.300 |  |" in table
+    assert "| `cast` | 0 | 1 | +0.050 | +0.150 | +0.500 |  |  |" in table
+    assert verdict.probe_markdown(_results({"grpo": [0.5]})) == ""  # no run probed: no table
+
+
+PROBES = _committed("probes.md")
+
+
+@pytest.mark.parametrize("path", PROBES, ids=[p.parent.name for p in PROBES])
+def test_committed_probe_tables_are_their_runs_and_in_the_readme(path: Path) -> None:
+    """probes.md is the probe figures its study's runs logged (results.json), and the README quotes it."""
+    results = json.loads((path.parent / "results.json").read_text())
+    assert path.read_text() == verdict.probe_markdown(results)
+    assert json.loads((path.parent / "verdict.json").read_text())["probes"] == json.loads(
+        json.dumps(verdict.probe_rows(results))
+    )
+    assert path.read_text() in (ROOT / "README.md").read_text()
+
+
 DIAGNOSTICS = _committed("diagnostics.md")
 
 
@@ -210,7 +250,13 @@ FOLLOW_UPS = sorted(
 @pytest.mark.parametrize("follow_up", FOLLOW_UPS)
 def test_rerunning_grpo_reproduced_the_committed_study_runs(follow_up: str) -> None:
     """Each follow-up of the chains study ran `grpo` again with the study's settings (a fresh folder, the same
-    command) for its seeds: the same resolved config, and the same held-out curve to the last digit."""
+    command) for its seeds: the same resolved config, and the same held-out curve to the last digit. A probed
+    follow-up (``--probe-every``) differs in its probe settings only; its probes draw seeds of their own, so its
+    training, and so its curve, are still the study's."""
+
+    def unprobed(config: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if not k.startswith("probe_")}
+
     study = ROOT / "examples" / "results" / "study-chains"
     first = {
         r["seed"]: r for r in json.loads((study / "results.json").read_text())["runs"] if r["entry"] == "grpo"
@@ -224,5 +270,6 @@ def test_rerunning_grpo_reproduced_the_committed_study_runs(follow_up: str) -> N
     for b in again:
         a = first[b["seed"]]
         assert a["status"] == b["status"] == "finished"
-        assert a["config_hash"] == b["config_hash"] and a["train_config"] == b["train_config"]
+        assert unprobed(a["train_config"]) == unprobed(b["train_config"])
+        assert (a["config_hash"] == b["config_hash"]) == (a["train_config"] == b["train_config"])
         assert a["curve"] == b["curve"] and len(a["curve"]) == 4

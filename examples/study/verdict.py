@@ -5,7 +5,8 @@ the study's own numbers, with what the probe measured on the same task beside it
         --probe examples/results/probe/chains-tiny-after/probe.json --out examples/results/study-chains/verdict.md
 
 With ``--out``, ``curve.md`` beside it holds the paired difference at every held-out step of the curves
-(`curve_rows`), and ``verdict.json`` keeps both tables' rows and the probe file quoted (relative to the
+(`curve_rows`); for a study run with ``--probe-every``, ``probes.md`` holds each module's probe figures at every
+probed step (`probe_rows`); and ``verdict.json`` keeps the tables' rows and the probe file quoted (relative to the
 repository).
 
 Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
@@ -127,6 +128,52 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The figures a run with ``probe_every`` logs (`creditgym.agents.probe.probe_metrics`), in the table's order.
+PROBED = ("spearman", "pearson", "decisive_share", "ceiling_spearman", "ceiling_pearson")
+
+
+def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per entry and probed step of a study run with ``--probe-every``: each figure of `PROBED`, averaged over the
+    entry's finished runs that logged it at that step (None where none did), and the seeds averaged.
+
+    A probe scores a batch of the run's own policy at that step, so each run's ceiling (A*'s split-half
+    reliability) is its own; the table keeps the ceiling beside the figures it bounds.
+    """
+    results = upgrade_results(results)
+    rows = []
+    for entry in results["config"]["entries"]:
+        runs = [r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED]
+        by_step: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
+        for run in runs:
+            for probed in run["probe"]:
+                by_step.setdefault(int(probed["step"]), []).append((run["seed"], probed["figures"]))
+        for step, logged in sorted(by_step.items()):
+            row: dict[str, Any] = {"entry": entry, "step": step, "seeds": sorted(seed for seed, _ in logged)}
+            for name in PROBED:
+                values = [v for _, figures in logged if (v := figures.get(name)) is not None]
+                row[name] = mean(values) if values else None
+            rows.append(row)
+    return rows
+
+
+def probe_markdown(results: Mapping[str, Any]) -> str:
+    """The table (Markdown) of `probe_rows`: one row per entry and probed step (empty where nothing was probed)."""
+    rows = probe_rows(results)
+    if not rows:
+        return ""
+    lines = [
+        "| entry | step | seeds | within-response Spearman with A* | pooled Pearson with A* | decisive-token share "
+        "| ceiling: A* split-half Spearman | ceiling: A* split-half Pearson |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        cells = ["" if row[name] is None else f"{row[name]:+.3f}" for name in PROBED]
+        lines.append(
+            f"| `{row['entry']}` | {row['step']} | {len(row['seeds'])} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None:
     """The probe's Spearman and Pearson figures of ``entry`` (its label in the probe), or None if not probed."""
     scores = probe["modules"].get(entry)
@@ -180,15 +227,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--study {args.study}: no results.json there")
     results = json.loads(path.read_text())
     probe = json.loads(args.probe.read_text()) if args.probe else None
-    table, curve = verdict_markdown(results, probe), curve_markdown(results)
-    print(table, curve, sep="\n", end="")
+    table, curve, probed = verdict_markdown(results, probe), curve_markdown(results), probe_markdown(results)
+    print(table, curve, probed, sep="\n", end="")
     if (
         args.out
     ):  # the tables, and beside them the rows and the probe quoted (what the tests check them against)
         args.out.write_text(table)
         args.out.with_name("curve.md").write_text(curve)
+        if probed:
+            args.out.with_name("probes.md").write_text(probed)
         probe_path = None if args.probe is None else args.probe.resolve().relative_to(ROOT).as_posix()
-        record = {"probe": probe_path, "rows": verdict_rows(results), "curve": curve_rows(results)}
+        record = {
+            "probe": probe_path,
+            "rows": verdict_rows(results),
+            "curve": curve_rows(results),
+            "probes": probe_rows(results),
+        }
         args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -309,7 +309,7 @@ def test_probe_benchmark_runs_with_a_tiny_budget(tmp_path: Path) -> None:
 
 
 #: probe folders that score every module (the rest probe one module beside grpo, issue 13's before/after)
-EVERY_MODULE = ("chains-tiny-", "hard-tiny-", "chains-gae20-")
+EVERY_MODULE = ("chains-tiny-", "hard-tiny-", "chains-gae20-", "easy-tiny")
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.parent.name for p in RESULTS])
