@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,9 +284,12 @@ class MonteCarloValues(SignalProvider):
     """``mc_values`` (B, T, 2): for each policy token, V at the start and at the end of its step, each the mean
     reward of ``k`` continuations sampled (at the run's temperature and top-p) from that prefix; the end of the
     last step is the response's reward. Steps start every ``every`` tokens, or after each newline when
-    ``every`` is None (module docstring)."""
+    ``every`` is None (module docstring). Its metric ``mc/steps_per_response`` is the batch's mean number of
+    steps; with newline steps and a batch whose responses hold no newline (each one step), it warns once."""
 
     params = ("k", "every")
+    _steps: float = 0.0  # mean steps per response of the last batch (the ``mc/steps_per_response`` metric)
+    _warned: bool = False
 
     def check(self) -> None:
         check_forkable(self.run.env, self.run.env_id)
@@ -294,12 +298,24 @@ class MonteCarloValues(SignalProvider):
     @torch.no_grad()
     def compute(self, step: StepContext) -> Tensor:
         est = plan(step.episodes, self.params["k"], self.params["every"])
+        self._steps = float(np.mean([len(s) for s in est.starts]))
+        if self.params["every"] is None and self._steps == 1.0 and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"mc_values: no response of step {step.step}'s batch holds a newline, so each response is one "
+                "step and every token gets R - V(prompt): an outcome baseline, no step credit. Set step "
+                "boundaries with every=N (e.g. vine:every=16).",
+                stacklevel=2,
+            )
         cfg = self.run.cfg
         sample_continuations(
             est, step.policy, temperature=cfg.temperature, top_p=cfg.top_p, generator=step.generator
         )
         out = est.signal(tuple(step.batch.input_ids.shape))  # type: ignore[arg-type]
         return out.to(step.policy_mask.device) * step.policy_mask.unsqueeze(-1)
+
+    def update(self, step: StepContext) -> dict[str, float]:
+        return {"mc/steps_per_response": self._steps}
 
 
 #: ``probe.json["config"]`` fields that fix the batch and its continuations: a reused A* must agree on all.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,8 +146,34 @@ def test_vine_trains_end_to_end(tmp_path: Path) -> None:
     )
     summary = Trainer(cfg, tmp_path).run()
     assert summary["steps"] == 1
-    rows = [line for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert '"credit/vine/adv_abs_mean"' in rows[1]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert "credit/vine/adv_abs_mean" in rows[1]
+    assert 1.0 <= rows[1]["mc/steps_per_response"] <= 3.0  # responses of 1-12 tokens, a step every 4
+
+
+def test_newline_steps_on_responses_without_a_newline_warn_once(policy: Policy) -> None:
+    """VinePPO's default steps end at newlines; a batch without any makes every response one step, so its
+    advantage is R - V(prompt) on every token (no step credit): said once, and counted by the metric."""
+    episodes = _batch(policy, "creditgym/Math-v0", max_new_tokens=24)
+    tokenizer = episodes[0].env.tokenizer
+    responses = [ep.env.ledger.token_id[ep.env.ledger.policy_mask].tolist() for ep in episodes]
+    assert not any("\n" in tokenizer.decode(ids) for ids in responses)
+    cfg = TrainConfig(credit="vine", max_new_tokens=24)
+    module = credit.get("vine")
+    providers = build_providers(
+        RunContext(cfg, policy, make_envs(cfg)[0].unwrapped, cfg.env_id, module, module.make_config({"k": 2}))
+    )
+    with pytest.warns(UserWarning, match=r"no response of step 0's batch holds a newline.*vine:every=16"):
+        vine = module_advantages(
+            module, module.make_config({"k": 2}), providers, episodes, policy, step=0, total_steps=1, seed=1
+        )
+    assert all(np.ptp(a) == 0 for a in vine)  # one step: a constant advantage within each response
+    assert providers["mc_values"].update(None) == {"mc/steps_per_response": 1.0}  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second batch does not warn again
+        module_advantages(
+            module, module.make_config({"k": 2}), providers, episodes, policy, step=1, total_steps=2, seed=1
+        )
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------

@@ -359,3 +359,16 @@ def test_committed_results_cover_math_and_rubric() -> None:
         "creditgym/Math-v0",
         "creditgym/Rubric-v0",
     }
+
+
+def test_the_committed_chain_and_easy_responses_hold_no_newline() -> None:
+    """The README's reason for `vine`'s constant credit on the chains and Math-v0: under its default newline
+    steps each of their responses is one step, where most hard-rubric responses hold a newline."""
+
+    def with_newline(name: str) -> tuple[int, int]:
+        rows = json.loads((ROOT / "examples/results/probe" / name / "probe.json").read_text())["responses"]
+        return sum(any("\n" in t for t in r["tokens"]) for r in rows), len(rows)
+
+    chains = ("chains-tiny-after", "study-chains-step60-compo", "study-chains-step60-pact")
+    assert [with_newline(n) for n in (*chains, "easy-tiny")] == [(0, 16), (0, 16), (0, 16), (0, 32)]
+    assert with_newline("hard-tiny-after") == (13, 16)
