@@ -25,6 +25,16 @@ def _committed(name: str) -> list[Path]:
 
 
 CURVES = _committed("curve.md")
+POOLED = sorted(p.parent for p in _committed("verdict.json") if json.loads(p.read_text()).get("studies"))
+
+
+def _study(folder: Path) -> dict[str, Any]:
+    """The results a committed verdict was made from: the folder's results.json, or, for a pooled verdict, the
+    studies its verdict.json names, pooled."""
+    source = json.loads((folder / "verdict.json").read_text())
+    if source.get("studies"):
+        return verdict.pool([json.loads((ROOT / p / "results.json").read_text()) for p in source["studies"]])
+    return json.loads((folder / "results.json").read_text())
 
 
 def _example(name: str) -> Any:
@@ -89,6 +99,44 @@ def test_verdicts_by_hand() -> None:
     assert "| `alone` | 1 | fewer than 2 pairs |" in table and "| `down` | 4 | -0.098" in table
 
 
+def test_pool_keeps_each_run_once_and_refuses_studies_that_disagree() -> None:
+    a = _results({"grpo": [0.5, 0.6], "up": [0.6, 0.7]})
+    b = _results({"grpo": [0.5, 0.6, 0.4], "down": [0.4, 0.5, 0.3]})
+    b["runs"] = [r for r in b["runs"] if r["seed"] == 2]  # a follow-up at seed 2 only
+    b["config"]["seeds"] = [2]
+    pooled = verdict.pool([a, b])
+    assert pooled["config"]["entries"] == ["grpo", "up", "down"] and pooled["config"]["seeds"] == [0, 1, 2]
+    assert sorted((r["entry"], r["seed"]) for r in pooled["runs"]) == [
+        ("down", 2), ("grpo", 0), ("grpo", 1), ("grpo", 2), ("up", 0), ("up", 1)
+    ]  # fmt: skip
+    rows = {row["entry"]: row for row in verdict.verdict_rows(pooled)}
+    assert rows["up"]["seeds"] == [0, 1] and rows["down"]["seeds"] == [2]
+    assert verdict.pool([a, a])["runs"] == a["runs"]  # the same run twice (a rerun baseline) is kept once
+    other = _results({"grpo": [0.5, 0.6]})
+    other["runs"][0]["curve"] = [[0, 0.1], [4, 0.5]]
+    with pytest.raises(ValueError, match=r"grpo seed 0 differs between studies"):
+        verdict.pool([a, other])
+    steps = _results({"grpo": [0.5]})
+    steps["config"]["train"] = {"steps": 8}
+    with pytest.raises(ValueError, match=r"study 1 was run with other settings"):
+        verdict.pool([a, steps])
+    with pytest.raises(ValueError, match=r"study 1 has baseline 'rloo'"):
+        verdict.pool([a, {**a, "baseline": "rloo"}])
+    with pytest.raises(ValueError, match="no study given"):
+        verdict.pool([])
+
+
+@pytest.mark.parametrize("folder", POOLED, ids=[p.name for p in POOLED])
+def test_committed_pooled_verdicts_are_their_studies_pooled_and_in_the_readme(folder: Path) -> None:
+    """A pooled verdict (``--study`` repeated) is verdict.py's table of the studies its verdict.json names."""
+    results = _study(folder)
+    assert (folder / "verdict.md").read_text() == verdict.verdict_markdown(results)
+    assert json.loads((folder / "verdict.json").read_text())["rows"] == json.loads(
+        json.dumps(verdict.verdict_rows(results))
+    )
+    assert (folder / "verdict.md").read_text() in (ROOT / "README.md").read_text()
+
+
 def test_min_detectable_effect_needs_two_pairs() -> None:
     assert min_detectable_effect(0.02, 6) == pytest.approx((2.570582 + 0.919544) * 0.02 / 6**0.5, rel=1e-5)
     with pytest.raises(ValueError, match="at least 2 seeds"):
@@ -142,7 +190,7 @@ def test_curve_differences_by_hand() -> None:
 
 @pytest.mark.parametrize("path", CURVES, ids=[p.parent.name for p in CURVES])
 def test_committed_curve_differences_are_their_studies_and_in_the_readme(path: Path) -> None:
-    results = json.loads((path.parent / "results.json").read_text())
+    results = _study(path.parent)
     text = (path.parent / "curve.md").read_text()
     assert text == verdict.curve_markdown(results)
     assert json.loads((path.parent / "verdict.json").read_text())["curve"] == json.loads(

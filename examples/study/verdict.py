@@ -7,7 +7,8 @@ the study's own numbers, with what the probe measured on the same task beside it
 With ``--out``, ``curve.md`` beside it holds the paired difference at every held-out step of the curves
 (`curve_rows`); for a study run with ``--probe-every``, ``probes.md`` holds each module's probe figures at every
 probed step (`probe_rows`); and ``verdict.json`` keeps the tables' rows and the probe file quoted (relative to the
-repository).
+repository). ``--study`` given more than once pools the studies' runs first (`pool`): a study and its follow-ups
+at other seeds give one verdict over all their seeds, and ``verdict.json`` names the folders it pooled.
 
 Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
 scores, its 95% t-interval, and the minimum detectable effect (80% power, 5% two-sided) that the differences'
@@ -50,6 +51,45 @@ def paired(
         if entry != results["baseline"]:
             mine = by_seed(entry)
             yield entry, sorted(set(mine) & set(base)), mine, base
+
+
+def pool(studies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One study's results (current form) from several studies of the same task and settings, such as a study and
+    its follow-ups at other seeds: every run once, the entries in first-seen order, the seeds sorted.
+
+    A (entry, seed) run found in two studies (``grpo``, rerun as each follow-up's baseline) is kept once, and must
+    be the same run: the same config hash and held-out curve.
+
+    Raises:
+        ValueError: no study, a study with another baseline or other shared settings (``config.train``), or an
+            (entry, seed) whose runs differ between studies.
+    """
+    if not studies:
+        raise ValueError("pool: no study given")
+    first, *rest = [upgrade_results(r) for r in studies]
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    entries: dict[str, None] = {}
+    for i, results in enumerate([first, *rest]):
+        if results["baseline"] != first["baseline"]:
+            raise ValueError(
+                f"pool: study {i} has baseline {results['baseline']!r}, study 0 has {first['baseline']!r}"
+            )
+        if results["config"]["train"] != first["config"]["train"]:
+            raise ValueError(
+                f"pool: study {i} was run with other settings: {results['config']['train']} against study 0's "
+                f"{first['config']['train']}"
+            )
+        entries.update(dict.fromkeys(results["config"]["entries"]))
+        for run in results["runs"]:
+            key = (run["entry"], run["seed"])
+            seen = runs.setdefault(key, run)
+            if (seen["config_hash"], seen["curve"]) != (run["config_hash"], run["curve"]):
+                raise ValueError(
+                    f"pool: {run['entry']} seed {run['seed']} differs between studies (config hash or curve)"
+                )
+    config = {**first["config"], "entries": list(entries), "seeds": sorted({seed for _, seed in runs})}
+    partial = any(r["partial"] for r in [first, *rest])
+    return {**first, "config": config, "runs": list(runs.values()), "partial": partial}
 
 
 def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -216,16 +256,30 @@ def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None
     return "\n".join(lines) + "\n"
 
 
+def _repo_path(path: Path) -> str:
+    return path.resolve().relative_to(ROOT).as_posix()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--study", type=Path, required=True, help="a compare study folder (its results.json)")
+    parser.add_argument(
+        "--study",
+        type=Path,
+        action="append",
+        required=True,
+        help="a compare study folder (its results.json); repeated, the studies' runs are pooled (`pool`)",
+    )
     parser.add_argument("--probe", type=Path, help="a probe.json of the same task at step 0")
     parser.add_argument("--out", type=Path, help="write the table here too")
     args = parser.parse_args(argv)
-    path = args.study / "results.json"
-    if not path.is_file():
-        parser.error(f"--study {args.study}: no results.json there")
-    results = json.loads(path.read_text())
+    for study in args.study:
+        if not (study / "results.json").is_file():
+            parser.error(f"--study {study}: no results.json there")
+    studies = [json.loads((study / "results.json").read_text()) for study in args.study]
+    try:
+        results = studies[0] if len(studies) == 1 else pool(studies)
+    except ValueError as e:
+        parser.error(str(e))
     probe = json.loads(args.probe.read_text()) if args.probe else None
     table, curve, probed = verdict_markdown(results, probe), curve_markdown(results), probe_markdown(results)
     print(table, curve, probed, sep="\n", end="")
@@ -236,8 +290,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.out.with_name("curve.md").write_text(curve)
         if probed:
             args.out.with_name("probes.md").write_text(probed)
-        probe_path = None if args.probe is None else args.probe.resolve().relative_to(ROOT).as_posix()
+        probe_path = None if args.probe is None else _repo_path(args.probe)
         record = {
+            "studies": [_repo_path(study) for study in args.study] if len(args.study) > 1 else None,
             "probe": probe_path,
             "rows": verdict_rows(results),
             "curve": curve_rows(results),
