@@ -304,8 +304,8 @@ class MonteCarloValues(SignalProvider):
             warnings.warn(
                 f"mc_values: no response of step {step.step}'s batch holds a newline, so each response is one "
                 "step and every token gets R - V(prompt): an outcome baseline, no step credit. Set step "
-                "boundaries with every=N (e.g. vine:every=16).",
-                stacklevel=2,
+                "boundaries with every=N (creditgym train --credit-kw every=16; in a study, vine:every=16).",
+                stacklevel=3,  # the trainer's call, past torch.no_grad's wrapper
             )
         cfg = self.run.cfg
         sample_continuations(
