@@ -66,10 +66,11 @@ def pool(studies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if not studies:
         raise ValueError("pool: no study given")
-    first, *rest = [upgrade_results(r) for r in studies]
+    upgraded = [upgrade_results(r) for r in studies]
+    first = upgraded[0]
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     entries: dict[str, None] = {}
-    for i, results in enumerate([first, *rest]):
+    for i, results in enumerate(upgraded):
         if results["baseline"] != first["baseline"]:
             raise ValueError(
                 f"pool: study {i} has baseline {results['baseline']!r}, study 0 has {first['baseline']!r}"
@@ -88,7 +89,7 @@ def pool(studies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     f"pool: {run['entry']} seed {run['seed']} differs between studies (config hash or curve)"
                 )
     config = {**first["config"], "entries": list(entries), "seeds": sorted({seed for _, seed in runs})}
-    partial = any(r["partial"] for r in [first, *rest])
+    partial = any(r["partial"] for r in upgraded)
     return {**first, "config": config, "runs": list(runs.values()), "partial": partial}
 
 
@@ -275,9 +276,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for study in args.study:
         if not (study / "results.json").is_file():
             parser.error(f"--study {study}: no results.json there")
-    studies = [json.loads((study / "results.json").read_text()) for study in args.study]
-    try:
-        results = studies[0] if len(studies) == 1 else pool(studies)
+    try:  # one study pools to itself, in the current form
+        results = pool([json.loads((study / "results.json").read_text()) for study in args.study])
     except ValueError as e:
         parser.error(str(e))
     probe = json.loads(args.probe.read_text()) if args.probe else None

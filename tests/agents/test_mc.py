@@ -19,7 +19,7 @@ from creditgym.agents.policy import Policy, load_policy
 from creditgym.agents.probe import module_advantages, sample_batch
 from creditgym.agents.rollout import Episode
 from creditgym.agents.scripted import SCRIPTED
-from creditgym.agents.signals import RunContext, build_providers
+from creditgym.agents.signals import RunContext, SignalProvider, build_providers
 from creditgym.agents.trainer import Trainer
 from creditgym.envs import make
 
@@ -101,17 +101,39 @@ def test_a_multi_turn_episode_forks_inside_its_second_turn(policy: Policy) -> No
         assert len(starts) == len(astar)
 
 
-def _vine(policy: Policy, episodes: list[Episode], kwargs: dict[str, object], seed: int) -> list[np.ndarray]:
-    """The vine module's advantages through the trainer's own provider of ``mc_values``."""
+def _vine_providers(policy: Policy, kwargs: dict[str, object]) -> dict[str, SignalProvider]:
+    """The trainer's own signal providers of a ``vine`` run with these config fields."""
     cfg = TrainConfig(credit="vine", credit_kwargs=kwargs, max_new_tokens=24)
     module = credit.get("vine")
     credit_cfg = module.make_config(kwargs)
     env = make_envs(cfg)[0].unwrapped
     providers = build_providers(RunContext(cfg, policy, env, cfg.env_id, module, credit_cfg))
     assert providers["mc_values"].params == {"k": credit_cfg.k, "every": credit_cfg.every}
+    return providers
+
+
+def _vine(
+    policy: Policy,
+    episodes: list[Episode],
+    kwargs: dict[str, object],
+    seed: int,
+    providers: dict[str, SignalProvider] | None = None,
+    step: int = 0,
+) -> list[np.ndarray]:
+    """The vine module's advantages through the trainer's own provider of ``mc_values`` (new providers unless
+    given: a run's providers keep their state from step to step)."""
+    module = credit.get("vine")
+    providers = _vine_providers(policy, kwargs) if providers is None else providers
     # module_advantages seeds the step's generator with `seed`
     return module_advantages(
-        module, credit_cfg, providers, episodes, policy, step=0, total_steps=1, seed=seed
+        module,
+        module.make_config(kwargs),
+        providers,
+        episodes,
+        policy,
+        step=step,
+        total_steps=step + 1,
+        seed=seed,
     )
 
 
@@ -156,24 +178,15 @@ def test_newline_steps_on_responses_without_a_newline_warn_once(policy: Policy) 
     advantage is R - V(prompt) on every token (no step credit): said once, and counted by the metric."""
     episodes = _batch(policy, "creditgym/Math-v0", max_new_tokens=24)
     tokenizer = episodes[0].env.tokenizer
-    responses = [ep.env.ledger.token_id[ep.env.ledger.policy_mask].tolist() for ep in episodes]
-    assert not any("\n" in tokenizer.decode(ids) for ids in responses)
-    cfg = TrainConfig(credit="vine", max_new_tokens=24)
-    module = credit.get("vine")
-    providers = build_providers(
-        RunContext(cfg, policy, make_envs(cfg)[0].unwrapped, cfg.env_id, module, module.make_config({"k": 2}))
-    )
+    assert not any("\n" in tokenizer.decode(ep.env.response_tokens().tolist()) for ep in episodes)
+    providers = _vine_providers(policy, {"k": 2})
     with pytest.warns(UserWarning, match=r"no response of step 0's batch holds a newline.*vine:every=16"):
-        vine = module_advantages(
-            module, module.make_config({"k": 2}), providers, episodes, policy, step=0, total_steps=1, seed=1
-        )
+        vine = _vine(policy, episodes, {"k": 2}, seed=1, providers=providers)
     assert all(np.ptp(a) == 0 for a in vine)  # one step: a constant advantage within each response
     assert providers["mc_values"].update(None) == {"mc/steps_per_response": 1.0}  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second batch does not warn again
-        module_advantages(
-            module, module.make_config({"k": 2}), providers, episodes, policy, step=1, total_steps=2, seed=1
-        )
+        _vine(policy, episodes, {"k": 2}, seed=1, providers=providers, step=1)
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------
