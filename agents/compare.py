@@ -70,8 +70,9 @@ class Entry:
         return re.sub(r"[^A-Za-z0-9.-]+", "_", self.label).strip("_")
 
 
-def split_entries(text: str) -> list[str]:
-    """Split a comma list of entries, keeping commas inside brackets or quotes (``cast:pos_clip=[0.8,1.1]``)."""
+def split_entries(text: str, sep: str = ",") -> list[str]:
+    """Split a comma list of entries, keeping commas inside brackets or quotes (``cast:pos_clip=[0.8,1.1]``);
+    with ``sep=";"``, an entry's ``key=value`` pairs (``vine:delimiter=";"`` keeps its quoted ``;``)."""
     parts, depth, quote, current = [], 0, "", []
     for ch in text:
         if quote:
@@ -82,7 +83,7 @@ def split_entries(text: str) -> list[str]:
             depth += 1
         elif ch in "]})":
             depth -= 1
-        elif ch == "," and depth == 0:
+        elif ch == sep and depth == 0:
             parts.append("".join(current).strip())
             current = []
             continue
@@ -92,7 +93,8 @@ def split_entries(text: str) -> list[str]:
 
 
 def parse_entry(label: str) -> Entry:
-    """Parse ``name`` or ``name:key=value[;key=value]``, checked against the module's config.
+    """Parse ``name`` or ``name:key=value[;key=value]``, checked against the module's config; a value is JSON
+    when it parses (a quoted one may hold ``;`` or ``,``: ``vine:delimiter=";"``), else the string itself.
 
     Raises:
         ValueError: unknown module (lists the known ones), malformed ``key=value``, unknown field (lists the
@@ -108,7 +110,7 @@ def parse_entry(label: str) -> Entry:
     config = credit.get(name).config
     known = [f.name for f in fields(config)]  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
-    for pair in filter(None, (p.strip() for p in spec.split(";"))):
+    for pair in split_entries(spec, ";"):
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:

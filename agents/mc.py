@@ -4,7 +4,7 @@ For response ``i`` (``T_i`` policy tokens) and a probed position ``t`` (the pref
 tokens), ``V(i, t)`` is the mean reward of ``K`` continuations sampled from that prefix with the same policy and
 temperature: each is a fork of the episode's env (``TokenEnv.fork``) played to its end by `play`, many forks per
 batched generation. ``V(i, T_i) = R_i``, the response's own reward. The probed positions cut a response into
-segments (every token, every ``k``-th, or steps that end with a newline); the segment from ``p_s`` to
+segments (every token, every ``k``-th, or steps that end with a delimiter, a newline by default); the segment from ``p_s`` to
 ``p_{s+1}`` has the step advantage ``V(i, p_{s+1}) - V(i, p_s)``, and its tokens share it:
 
 * `vine` (VinePPO, arXiv 2410.01679, Sec. 4) gives every token of a step the whole step advantage, the policy
@@ -33,6 +33,7 @@ from torch import Tensor
 from creditgym.agents.backends import GenerationBackend
 from creditgym.agents.rollout import Episode, PolicyAgent, RolloutStats, play
 from creditgym.agents.signals import SignalProvider, StepContext, register_provider
+from creditgym.credit.vine import NEWLINE
 from creditgym.envs.core import Forkable, Source, TokenEnv
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "check_forkable",
     "check_one_turn",
     "check_sampler",
+    "delimiter_test",
     "plan",
     "reuse_rewards",
     "sample_continuations",
@@ -92,22 +94,22 @@ def check_one_turn(episodes: Sequence[Episode], env_id: str, turn_budget: int | 
 
 
 def segment_starts(
-    token_ids: np.ndarray, turns: np.ndarray, every: int | None, is_newline: Callable[[int], bool]
+    token_ids: np.ndarray, turns: np.ndarray, every: int | None, ends_step: Callable[[int], bool]
 ) -> np.ndarray:
     """Where a response's segments start, as indices into its ``n`` policy tokens (``0`` always first).
 
     Args:
         token_ids: ``(n,)`` the response's policy tokens.
         turns: ``(n,)`` their turns (a new turn always starts a segment).
-        every: Start a segment every ``every`` tokens; None: after each token whose text holds a newline.
-        is_newline: Whether a token id's text holds a newline.
+        every: Start a segment every ``every`` tokens; None: after each token that ``ends_step``.
+        ends_step: Whether a token id's text holds the step delimiter (`delimiter_test`).
     """
     n = len(token_ids)
     if every is not None:
         cut = np.arange(n) % every == 0
     else:
         cut = np.zeros(n, dtype=bool)
-        cut[1:] = [is_newline(int(t)) for t in token_ids[:-1]]
+        cut[1:] = [ends_step(int(t)) for t in token_ids[:-1]]
     cut[1:] |= turns[1:] != turns[:-1]
     cut[:1] = True
     return np.flatnonzero(cut)
@@ -187,28 +189,35 @@ class MCEstimate:
         return out
 
 
-def _newline_test(tokenizer: Any) -> Callable[[int], bool]:
+def delimiter_test(tokenizer: Any, delimiter: str = NEWLINE) -> Callable[[int], bool]:
+    """Whether a token id's text (decoded alone) holds ``delimiter``, cached per id."""
     cache: dict[int, bool] = {}
 
-    def is_newline(token: int) -> bool:
+    def ends_step(token: int) -> bool:
         if token not in cache:
-            cache[token] = "\n" in tokenizer.decode([token])
+            cache[token] = delimiter in tokenizer.decode([token])
         return cache[token]
 
-    return is_newline
+    return ends_step
 
 
-def plan(episodes: Sequence[Episode], k: int, every: int | None) -> MCEstimate:
+def plan(episodes: Sequence[Episode], k: int, every: int | None, delimiter: str = NEWLINE) -> MCEstimate:
     """The segments of every response and an empty ``(S_i, k)`` reward table for each (`sample_continuations`).
 
+    Segments start every ``every`` tokens, or (``every=None``) after each token whose text holds ``delimiter``.
+
     Raises:
-        ValueError: ``k < 1``, ``every < 1``, or a response without policy tokens.
+        ValueError: ``k < 1``, ``every < 1``, an empty ``delimiter``, or a response without policy tokens.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"K (continuations per prefix) must be an int >= 1, got {k!r}")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ValueError(
             f"every must be an int >= 1 (1 = every token) or None (newline steps), got {every!r}"
+        )
+    if not isinstance(delimiter, str) or not delimiter:
+        raise ValueError(
+            f"delimiter must be a non-empty string (the text that ends a step), got {delimiter!r}"
         )
     index, starts = [], []
     for i, ep in enumerate(episodes):
@@ -218,7 +227,9 @@ def plan(episodes: Sequence[Episode], k: int, every: int | None) -> MCEstimate:
             raise ValueError(f"response {i} has no policy token to probe")
         index.append(idx)
         starts.append(
-            segment_starts(led.token_id[idx], led.turn[idx], every, _newline_test(ep.env.tokenizer))
+            segment_starts(
+                led.token_id[idx], led.turn[idx], every, delimiter_test(ep.env.tokenizer, delimiter)
+            )
         )
     rewards = [np.full((len(s), k), np.nan) for s in starts]
     return MCEstimate(list(episodes), index, starts, rewards)
@@ -283,11 +294,12 @@ def sample_continuations(
 class MonteCarloValues(SignalProvider):
     """``mc_values`` (B, T, 2): for each policy token, V at the start and at the end of its step, each the mean
     reward of ``k`` continuations sampled (at the run's temperature and top-p) from that prefix; the end of the
-    last step is the response's reward. Steps start every ``every`` tokens, or after each newline when
-    ``every`` is None (module docstring). Its metric ``mc/steps_per_response`` is the batch's mean number of
-    steps; with newline steps and a batch whose responses hold no newline (each one step), it warns once."""
+    last step is the response's reward. Steps start every ``every`` tokens, or, when ``every`` is None, after
+    each token holding ``delimiter`` (module docstring). Its metric ``mc/steps_per_response`` is the batch's
+    mean number of steps; with delimiter steps and a batch whose responses hold no delimiter (each one step), it
+    warns once."""
 
-    params = ("k", "every")
+    params = ("k", "every", "delimiter")
     _steps: float = 0.0  # mean steps per response of the last batch (the ``mc/steps_per_response`` metric)
     _warned: bool = False
 
@@ -297,14 +309,17 @@ class MonteCarloValues(SignalProvider):
 
     @torch.no_grad()
     def compute(self, step: StepContext) -> Tensor:
-        est = plan(step.episodes, self.params["k"], self.params["every"])
+        delimiter = self.params["delimiter"]
+        est = plan(step.episodes, self.params["k"], self.params["every"], delimiter)
         self._steps = float(np.mean([len(s) for s in est.starts]))
         if self.params["every"] is None and self._steps == 1.0 and not self._warned:
             self._warned = True
+            what = "a newline" if delimiter == NEWLINE else f"the delimiter {delimiter!r}"
             warnings.warn(
-                f"mc_values: no response of step {step.step}'s batch holds a newline, so each response is one "
+                f"mc_values: no response of step {step.step}'s batch holds {what}, so each response is one "
                 "step and every token gets R - V(prompt): an outcome baseline, no step credit. Set step "
-                "boundaries with every=N (creditgym train --credit-kw every=16; in a study, vine:every=16).",
+                "boundaries with every=N or the delimiter that ends a step (creditgym train --credit-kw "
+                'every=16, or --credit-kw \'delimiter=";"\'; in a study, vine:every=16 or vine:delimiter=";").',
                 stacklevel=3,  # the trainer's call, past torch.no_grad's wrapper
             )
         cfg = self.run.cfg

@@ -1,9 +1,9 @@
 """VinePPO: advantages from Monte-Carlo values at step boundaries (Kazemnejad et al., arXiv 2410.01679, Sec. 4).
 
-The response is cut into steps (after each newline by default, or every ``every`` tokens; a new turn always
-starts a step). ``V(s)`` of a step boundary is the mean reward of ``K`` continuations sampled from the prefix
-that ends there, with the policy being trained; the boundary after the last step has ``V = R_i``. Every token of
-a step gets the step's advantage::
+The response is cut into steps (after each token whose text holds ``delimiter``, a newline by default, or every
+``every`` tokens; a new turn always starts a step). ``V(s)`` of a step boundary is the mean reward of ``K``
+continuations sampled from the prefix that ends there, with the policy being trained; the boundary after the last
+step has ``V = R_i``. Every token of a step gets the step's advantage::
 
     A[i, t] = V(end of the step holding t) - V(start of that step)      (gamma = 1, sparse outcome reward)
 
@@ -22,21 +22,27 @@ import torch
 
 from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
 
-__all__ = ["VineConfig", "vine"]
+__all__ = ["NEWLINE", "VineConfig", "vine"]
+
+#: What ends a step by default: VinePPO's reasoning steps, one per line.
+NEWLINE = "\n"
 
 
 @dataclass(frozen=True)
 class VineConfig:
-    """Config of `vine`; both fields are parameters of the ``mc_values`` signal's provider.
+    """Config of `vine`; every field is a parameter of the ``mc_values`` signal's provider.
 
     Attributes:
         k: continuations sampled per step boundary (VinePPO's K), ``>= 1``.
         every: a step boundary every ``every`` policy tokens (1 = every token); None = after each token whose
-            text holds a newline (VinePPO's reasoning steps).
+            text holds ``delimiter`` (VinePPO's reasoning steps).
+        delimiter: with ``every=None``, the text that ends a step: a newline (VinePPO's steps), or e.g. ``";"``
+            for the chain tasks' ``a = ...; b = ...`` (in a study entry: ``vine:delimiter=";"``).
     """
 
     k: int = 8
     every: int | None = None
+    delimiter: str = NEWLINE
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
@@ -50,9 +56,14 @@ class VineConfig:
                 f"VineConfig.every: expected an int >= 1 (1 = every token) or None (newline steps), got "
                 f"{self.every!r}"
             )
+        if not isinstance(self.delimiter, str) or not self.delimiter:
+            raise ValueError(
+                f"VineConfig.delimiter: expected a non-empty string (the text that ends a step), got "
+                f"{self.delimiter!r}"
+            )
 
 
-@register("vine", config=VineConfig, signals={"mc_values": ("k", "every")})
+@register("vine", config=VineConfig, signals={"mc_values": ("k", "every", "delimiter")})
 @torch.no_grad()
 def vine(batch: CreditBatch, cfg: VineConfig) -> CreditOutput:
     """The step advantage ``V(step end) - V(step start)`` on every token of the step (module docstring).

@@ -31,6 +31,7 @@ from creditgym.agents.compare import (
     write_report,
 )
 from creditgym.agents.scheduler import child_pythonpath, run_threads
+from creditgym.agents.train_flags import parse_train_argv
 from creditgym.cli import build_parser, main, train_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,22 @@ def test_variants_parse_against_the_module_config() -> None:
         "cort:normalize=false",
         "compo:layers=[-1,-2]",
     ]
+
+
+def test_a_quoted_value_may_hold_the_separators() -> None:
+    """``;`` separates an entry's fields and ``,`` the entries: inside a JSON string neither splits, so a
+    ``vine`` step delimiter can be the chains' ``;``, and the run's flags carry it to ``creditgym train``."""
+    entries = split_entries('vine:delimiter=";",grpo,vine:delimiter=", ";k=4')
+    assert entries == ['vine:delimiter=";"', "grpo", 'vine:delimiter=", ";k=4']
+    semicolon, comma = parse_entry(entries[0]), parse_entry(entries[2])
+    assert semicolon.kwargs == {"delimiter": ";"} and comma.kwargs == {"delimiter": ", ", "k": 4}
+    assert semicolon.slug == "vine_delimiter" and comma.slug == "vine_delimiter_k_4"
+    cfg = CompareConfig(entries=entries, seeds=(0,), train={"steps": 1})
+    argv = train_settings(cfg, semicolon, 0)
+    assert argv[argv.index("--credit-kw") + 1] == 'delimiter=";"'
+    assert parse_train_argv(argv)["credit_kwargs"] == {"delimiter": ";"}
+    with pytest.raises(ValueError, match=r"VineConfig refuses \{'delimiter': ''\}.*non-empty string"):
+        parse_entry('vine:delimiter=""')
 
 
 def test_bad_variants_say_what_is_known() -> None:

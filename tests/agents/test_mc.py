@@ -14,7 +14,14 @@ import torch
 from creditgym import credit
 from creditgym.agents.config import TrainConfig
 from creditgym.agents.evaluate import make_envs
-from creditgym.agents.mc import check_forkable, check_one_turn, plan, sample_continuations, segment_starts
+from creditgym.agents.mc import (
+    check_forkable,
+    check_one_turn,
+    delimiter_test,
+    plan,
+    sample_continuations,
+    segment_starts,
+)
 from creditgym.agents.policy import Policy, load_policy
 from creditgym.agents.probe import module_advantages, sample_batch
 from creditgym.agents.rollout import Episode
@@ -108,7 +115,8 @@ def _vine_providers(policy: Policy, kwargs: dict[str, object]) -> dict[str, Sign
     credit_cfg = module.make_config(kwargs)
     env = make_envs(cfg)[0].unwrapped
     providers = build_providers(RunContext(cfg, policy, env, cfg.env_id, module, credit_cfg))
-    assert providers["mc_values"].params == {"k": credit_cfg.k, "every": credit_cfg.every}
+    expected = {"k": credit_cfg.k, "every": credit_cfg.every, "delimiter": credit_cfg.delimiter}
+    assert providers["mc_values"].params == expected
     return providers
 
 
@@ -153,6 +161,28 @@ def test_vine_with_a_boundary_at_every_token_equals_astar(policy: Policy) -> Non
         _vine(policy, episodes, {"k": 3, "every": 4}, seed=7), est.step_values(), strict=True
     ):
         np.testing.assert_allclose(a, end - start, rtol=0, atol=1e-6)
+
+
+def test_vine_steps_can_end_at_the_chains_semicolons(policy: Policy) -> None:
+    """The chain tasks write ``a = 34 - 6 = 28; b = ...`` on one line: with ``delimiter=";"`` each step is one
+    link of the chain (a step starts after each token holding ``;``), and every token of a step gets its advantage."""
+    episodes = _batch(policy, "creditgym/Math-v0", difficulty=6, max_new_tokens=40)
+    tokenizer = episodes[0].env.tokenizer
+    ends_step = delimiter_test(tokenizer, ";")
+    assert ends_step(tokenizer.encode(";")[-1]) and not ends_step(tokenizer.encode(" b")[-1])
+    est = plan(episodes, 2, None, ";")
+    for ep, starts in zip(episodes, est.starts, strict=True):
+        tokens = ep.env.response_tokens()
+        after = [i + 1 for i, t in enumerate(tokens[:-1]) if ";" in tokenizer.decode([int(t)])]
+        assert starts.tolist() == [0, *after]
+    assert np.mean([len(s) for s in est.starts]) >= 2  # the tiny model writes its chains from the start
+    sample_continuations(est, policy, generator=torch.Generator().manual_seed(5))
+    providers = _vine_providers(policy, {"k": 2, "delimiter": ";"})
+    vine = _vine(policy, episodes, {"k": 2, "delimiter": ";"}, seed=5, providers=providers)
+    for a, (start, end, _) in zip(vine, est.step_values(), strict=True):
+        np.testing.assert_allclose(a, end - start, rtol=0, atol=1e-6)
+    steps = providers["mc_values"].update(None)["mc/steps_per_response"]  # type: ignore[arg-type]
+    assert steps == pytest.approx(np.mean([len(s) for s in est.starts]))
 
 
 def test_vine_trains_end_to_end(tmp_path: Path) -> None:
@@ -224,3 +254,7 @@ def test_k_and_every_are_checked(policy: Policy) -> None:
         plan(episodes, 2, 0)
     with pytest.raises(ValueError, match=r"VineConfig.k: expected an int >= 1"):
         credit.get("vine").make_config({"k": 0})
+    with pytest.raises(ValueError, match=r"delimiter must be a non-empty string.*got ''"):
+        plan(episodes, 2, None, "")
+    with pytest.raises(ValueError, match=r"VineConfig.delimiter: expected a non-empty string.*got 7"):
+        credit.get("vine").make_config({"delimiter": 7})
