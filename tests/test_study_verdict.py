@@ -298,7 +298,8 @@ FOLLOW_UPS = sorted(
 @pytest.mark.parametrize("follow_up", FOLLOW_UPS)
 def test_rerunning_grpo_reproduced_the_committed_study_runs(follow_up: str) -> None:
     """Each follow-up of the chains study ran `grpo` again with the study's settings (a fresh folder, the same
-    command) for its seeds: the same resolved config, and the same held-out curve to the last digit. A probed
+    command) for its seeds, or reused such a rerun (``vine-seeds12`` has ``controls-rest``'s runs, copied into
+    its folder): the same resolved config, and the same held-out curve to the last digit. A probed
     follow-up (``--probe-every``) differs in its probe settings only; its probes draw seeds of their own, so its
     training, and so its curve, are still the study's."""
 
