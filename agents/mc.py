@@ -4,8 +4,8 @@ For response ``i`` (``T_i`` policy tokens) and a probed position ``t`` (the pref
 tokens), ``V(i, t)`` is the mean reward of ``K`` continuations sampled from that prefix with the same policy and
 temperature: each is a fork of the episode's env (``TokenEnv.fork``) played to its end by `play`, many forks per
 batched generation. ``V(i, T_i) = R_i``, the response's own reward. The probed positions cut a response into
-segments (every token, every ``k``-th, or steps that end with a delimiter, a newline by default); the segment from ``p_s`` to
-``p_{s+1}`` has the step advantage ``V(i, p_{s+1}) - V(i, p_s)``, and its tokens share it:
+segments (every token, every ``k``-th, or steps that end with a delimiter, a newline by default); the segment
+from ``p_s`` to ``p_{s+1}`` has the step advantage ``V(i, p_{s+1}) - V(i, p_s)``, and its tokens share it:
 
 * `vine` (VinePPO, arXiv 2410.01679, Sec. 4) gives every token of a step the whole step advantage, the policy
   gradient of the step's log-probability;
@@ -220,17 +220,16 @@ def plan(episodes: Sequence[Episode], k: int, every: int | None, delimiter: str 
             f"delimiter must be a non-empty string (the text that ends a step), got {delimiter!r}"
         )
     index, starts = [], []
+    tests: dict[int, Callable[[int], bool]] = {}  # one cached test per tokenizer (a batch shares one)
     for i, ep in enumerate(episodes):
         led = ep.env.ledger
         idx = np.flatnonzero(led.policy_mask)
         if idx.size == 0:
             raise ValueError(f"response {i} has no policy token to probe")
         index.append(idx)
-        starts.append(
-            segment_starts(
-                led.token_id[idx], led.turn[idx], every, delimiter_test(ep.env.tokenizer, delimiter)
-            )
-        )
+        tokenizer = ep.env.tokenizer
+        ends_step = tests.setdefault(id(tokenizer), delimiter_test(tokenizer, delimiter))
+        starts.append(segment_starts(led.token_id[idx], led.turn[idx], every, ends_step))
     rewards = [np.full((len(s), k), np.nan) for s in starts]
     return MCEstimate(list(episodes), index, starts, rewards)
 

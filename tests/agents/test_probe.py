@@ -375,7 +375,7 @@ def test_the_committed_chain_and_easy_responses_hold_no_newline() -> None:
         for p in probes.glob("*/probe.json")
         if p.parent.name.startswith(("chains-", "study-chains-"))
     )
-    assert len(chains) == 16 and "study-chains-step60-vine-seed2" in chains
+    assert len(chains) == 18 and "chains-vine-steps-step60" in chains
     counts = [with_newline(n) for n in (*chains, "easy-tiny")]
-    assert sum(n for n, _ in counts) == 0 and sum(total for _, total in counts) == 400
+    assert sum(n for n, _ in counts) == 0 and sum(total for _, total in counts) == 432
     assert with_newline("hard-tiny-after") == (13, 16)
