@@ -137,6 +137,21 @@ def test_committed_pooled_verdicts_are_their_studies_pooled_and_in_the_readme(fo
     assert (folder / "verdict.md").read_text() in (ROOT / "README.md").read_text()
 
 
+def test_the_command_writes_a_pooled_verdict_into_a_folder_it_makes(tmp_path: Path) -> None:
+    """``--out`` may name a folder that does not exist yet (a new pooled record): it is made, and the tables
+    written there are the committed pooled verdict's."""
+    folder = POOLED[0]
+    studies = json.loads((folder / "verdict.json").read_text())["studies"]
+    out = tmp_path / "new" / "pooled" / "verdict.md"
+    verdict.main([arg for study in studies for arg in ("--study", str(ROOT / study))] + ["--out", str(out)])
+    assert out.read_text() == (folder / "verdict.md").read_text()
+    assert out.with_name("curve.md").read_text() == (folder / "curve.md").read_text()
+    assert (
+        json.loads(out.with_suffix(".json").read_text())["rows"]
+        == json.loads((folder / "verdict.json").read_text())["rows"]
+    )
+
+
 def test_min_detectable_effect_needs_two_pairs() -> None:
     assert min_detectable_effect(0.02, 6) == pytest.approx((2.570582 + 0.919544) * 0.02 / 6**0.5, rel=1e-5)
     with pytest.raises(ValueError, match="at least 2 seeds"):

@@ -179,8 +179,10 @@ class ExecResult:
     Attributes:
         exit_code: The command's exit status (137 when the kernel killed it, e.g. for memory; 153 when a write
             passed the file size limit), or ``None`` when it was killed at its deadline or for disk.
-        output: stdout and stderr interleaved as they arrived, decoded as UTF-8 (``errors="replace"``), at most
-            ``output_limit`` bytes of it: the head and the tail, with a ``[... N bytes cut ...]`` line between.
+        output: stdout and stderr in the one stream Docker reads them into, decoded as UTF-8
+            (``errors="replace"``), at most ``output_limit`` bytes of it: the head and the tail, with a
+            ``[... N bytes cut ...]`` line between. The two are read from separate pipes, so lines written close
+            together to stdout and to stderr may arrive in either order: match lines, not positions.
         timed_out: True when the deadline killed it.
         truncated: True when part of the output was cut.
         seconds: Wall-clock time of the call.

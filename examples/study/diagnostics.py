@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     table = markdown(rows)
     print(table, end="")
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table)
         args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 

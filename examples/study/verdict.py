@@ -283,9 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     probe = json.loads(args.probe.read_text()) if args.probe else None
     table, curve, probed = verdict_markdown(results, probe), curve_markdown(results), probe_markdown(results)
     print(table, curve, probed, sep="\n", end="")
-    if (
-        args.out
-    ):  # the tables, and beside them the rows and the probe quoted (what the tests check them against)
+    if args.out:  # the tables, and beside them the rows and probe they quote (what the tests check)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table)
         args.out.with_name("curve.md").write_text(curve)
         if probed:
