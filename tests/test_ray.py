@@ -60,11 +60,35 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _free_port_window(n: int) -> int:
+    """The first port of ``n`` consecutive free ports below the kernel's ephemeral range.
+
+    Ray's worker ports are one contiguous range; taken below ``ip_local_port_range`` they can never overlap the
+    single ports ``_free_ports`` draws from the ephemeral range (an overlap makes ``ray start`` refuse to start).
+    """
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for low in range(20000, ephemeral_low - n, n):
+        socks: list[socket.socket] = []
+        try:
+            for p in range(low, low + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return low
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports below {ephemeral_low}")
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """A 2-CPU Ray head on 127.0.0.1 (``ray start --block`` in its own process group), its address."""
     temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    port, client, node, objects, agent, grpc, metrics, runtime, low = _free_ports(9)
+    port, client, node, objects, agent, grpc, metrics, runtime = _free_ports(8)
+    low = _free_port_window(41)
     cmd = [
         str(RAY_BIN), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
