@@ -245,8 +245,9 @@ PROBES = _committed("probes.md")
 
 @pytest.mark.parametrize("path", PROBES, ids=[p.parent.name for p in PROBES])
 def test_committed_probe_tables_are_their_runs_and_in_the_readme(path: Path) -> None:
-    """probes.md is the probe figures its study's runs logged (results.json), and the README quotes it."""
-    results = json.loads((path.parent / "results.json").read_text())
+    """probes.md is the probe figures its study's runs logged (results.json; a pooled folder's studies, pooled),
+    and the README quotes it."""
+    results = _study(path.parent)
     assert path.read_text() == verdict.probe_markdown(results)
     assert json.loads((path.parent / "verdict.json").read_text())["probes"] == json.loads(
         json.dumps(verdict.probe_rows(results))
