@@ -338,3 +338,25 @@ def test_rerunning_grpo_reproduced_the_committed_study_runs(follow_up: str) -> N
         assert unprobed(a["train_config"]) == unprobed(b["train_config"])
         assert (a["config_hash"] == b["config_hash"]) == (a["train_config"] == b["train_config"])
         assert a["curve"] == b["curve"] and len(a["curve"]) == 4
+
+
+EASY_FOLLOW_UPS = sorted(
+    p.parent.name for p in (ROOT / "examples" / "results" / "study-easy").glob("*/results.json")
+)
+
+
+@pytest.mark.parametrize("follow_up", EASY_FOLLOW_UPS)
+def test_probing_the_easy_study_changed_no_run(follow_up: str) -> None:
+    """The easy study's probed follow-up (``--probe-every``) reran every entry at its seeds: each run's resolved
+    config is the study's but for the probe settings, and its held-out curve is the study's to the last digit."""
+    study = ROOT / "examples" / "results" / "study-easy"
+    first = {(r["entry"], r["seed"]): r for r in json.loads((study / "results.json").read_text())["runs"]}
+    again = json.loads((study / follow_up / "results.json").read_text())["runs"]
+    assert {r["entry"] for r in again} == {e for e, _ in first}
+    for b in again:
+        a = first[b["entry"], b["seed"]]
+        assert a["status"] == b["status"] == "finished"
+        unprobed = {k: v for k, v in b["train_config"].items() if not k.startswith("probe_")}
+        assert unprobed == {k: v for k, v in a["train_config"].items() if not k.startswith("probe_")}
+        assert b["train_config"]["probe_every"] > 0 and b["probe"]
+        assert a["curve"] == b["curve"] and len(a["curve"]) == 4, (b["entry"], b["seed"])
