@@ -171,11 +171,14 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
 
 #: The figures a run with ``probe_every`` logs (`creditgym.agents.probe.probe_metrics`), in the table's order.
 PROBED = ("spearman", "pearson", "decisive_share", "ceiling_spearman", "ceiling_pearson")
+#: The module's own figures of `PROBED`, given with their 95% t-interval across seeds (``<name>_ci95``).
+WITH_INTERVAL = ("spearman", "pearson")
 
 
 def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per entry and probed step of a study run with ``--probe-every``: each figure of `PROBED`, averaged over the
-    entry's finished runs that logged it at that step (None where none did), and the seeds averaged.
+    entry's finished runs that logged it at that step (None where none did), and the seeds averaged; each figure
+    of `WITH_INTERVAL` also with the 95% t-interval of that mean across the runs (None for fewer than 2).
 
     A probe scores a batch of the run's own policy at that step, so each run's ceiling (A*'s split-half
     reliability) is its own; the table keeps the ceiling beside the figures it bounds.
@@ -193,12 +196,23 @@ def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             for name in PROBED:
                 values = [v for _, figures in logged if (v := figures.get(name)) is not None]
                 row[name] = mean(values) if values else None
+                if name in WITH_INTERVAL:
+                    ci = t_interval(values)
+                    row[f"{name}_ci95"] = list(ci) if ci else None
             rows.append(row)
     return rows
 
 
 def probe_markdown(results: Mapping[str, Any]) -> str:
-    """The table (Markdown) of `probe_rows`: one row per entry and probed step (empty where nothing was probed)."""
+    """The table (Markdown) of `probe_rows`: one row per entry and probed step (empty where nothing was probed),
+    each figure of `WITH_INTERVAL` with its interval across seeds where there is one."""
+
+    def cell(row: Mapping[str, Any], name: str) -> str:
+        if row[name] is None:
+            return ""
+        ci = row.get(f"{name}_ci95")
+        return f"{row[name]:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
     rows = probe_rows(results)
     if not rows:
         return ""
@@ -208,7 +222,7 @@ def probe_markdown(results: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        cells = ["" if row[name] is None else f"{row[name]:+.3f}" for name in PROBED]
+        cells = [cell(row, name) for name in PROBED]
         lines.append(
             f"| `{row['entry']}` | {row['step']} | {len(row['seeds'])} | " + " | ".join(cells) + " |"
         )
