@@ -236,7 +236,8 @@ def test_probe_rows_average_each_probed_step_over_the_finished_runs_by_hand() ->
     assert rows[2]["spearman"] == pytest.approx(0.05) and rows[2]["decisive_share"] == pytest.approx(0.5)
     # two seeds: mean 0.15, sd 0.0707, t_{0.975, 1} = 12.706 -> half-width 12.706 * 0.0707 / sqrt(2) = 0.635
     assert rows[0]["pearson_ci95"] == pytest.approx([0.15 - 0.6353, 0.15 + 0.6353], abs=1e-3)
-    assert rows[0]["spearman_ci95"] is None and rows[1]["pearson_ci95"] is None  # none, or one seed: no interval
+    # no value, or one seed: no interval
+    assert rows[0]["spearman_ci95"] is None and rows[1]["pearson_ci95"] is None
     table = verdict.probe_markdown(results)
     assert "| `grpo` | 0 | 2 |  | +0.150 [-0.485, +0.785] |  | +0.300 |  |" in table
     assert "| `cast` | 0 | 1 | +0.050 | +0.150 | +0.500 |  |  |" in table
