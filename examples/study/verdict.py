@@ -144,6 +144,11 @@ def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _estimate(value: float, ci: Sequence[float] | None) -> str:
+    """A figure as the tables print it: ``+0.123``, with ``[lo, hi]`` after it when it has an interval."""
+    return f"{value:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
+
 def curve_markdown(results: Mapping[str, Any]) -> str:
     """The table (Markdown) of `curve_rows`: one row per entry, one column per held-out step."""
     rows = curve_rows(results)
@@ -158,12 +163,7 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
         cells = []
         for step in steps:
             row = mine.get(step)
-            if row is None:
-                cells.append("")
-            elif row["ci95"] is None:
-                cells.append(f"{row['diff']:+.3f}")
-            else:
-                cells.append(f"{row['diff']:+.3f} [{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]")
+            cells.append("" if row is None else _estimate(row["diff"], row["ci95"]))
         seeds = len(next(iter(mine.values()))["seeds"])
         lines.append(f"| `{entry}` | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -206,13 +206,6 @@ def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
 def probe_markdown(results: Mapping[str, Any]) -> str:
     """The table (Markdown) of `probe_rows`: one row per entry and probed step (empty where nothing was probed),
     each figure of `WITH_INTERVAL` with its interval across seeds where there is one."""
-
-    def cell(row: Mapping[str, Any], name: str) -> str:
-        if row[name] is None:
-            return ""
-        ci = row.get(f"{name}_ci95")
-        return f"{row[name]:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
-
     rows = probe_rows(results)
     if not rows:
         return ""
@@ -222,7 +215,9 @@ def probe_markdown(results: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        cells = [cell(row, name) for name in PROBED]
+        cells = [
+            "" if row[name] is None else _estimate(row[name], row.get(f"{name}_ci95")) for name in PROBED
+        ]
         lines.append(
             f"| `{row['entry']}` | {row['step']} | {len(row['seeds'])} | " + " | ".join(cells) + " |"
         )
@@ -238,8 +233,7 @@ def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None
 def _fig(figure: Mapping[str, Any] | None) -> str:
     if not figure or figure["value"] is None:
         return "not probed"
-    ci = figure["ci"]
-    return f"{figure['value']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    return _estimate(figure["value"], figure["ci"])
 
 
 def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> str:
@@ -259,9 +253,8 @@ def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None
         if row["verdict"] is None:
             cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | |"
         else:
-            lo, hi = row["ci95"]
             cells = (
-                f"| `{row['entry']}` | {len(row['seeds'])} | {row['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                f"| `{row['entry']}` | {len(row['seeds'])} | {_estimate(row['diff'], row['ci95'])} "
                 f"| {row['mde']:.3f} | {row['verdict']} |"
             )
         if probe is not None:
