@@ -284,8 +284,9 @@ def _deterministic(metrics: dict[str, float | None]) -> dict[str, float | None]:
     }
 
 
-def test_train_probe_every_logs_the_figures_and_leaves_training_unchanged(tmp_path: Path) -> None:
-    base = TrainConfig(**{**SMALL_TRAIN, "steps": 2}, credit="grpo", checkpoint_every=5)  # type: ignore[arg-type]
+@pytest.mark.parametrize("credit", ["grpo", "cast", "compo", "pact"])  # 3 of them probe with their providers
+def test_probing_logs_the_figures_and_leaves_training_unchanged(tmp_path: Path, credit: str) -> None:
+    base = TrainConfig(**{**SMALL_TRAIN, "steps": 2}, credit=credit, checkpoint_every=5)  # type: ignore[arg-type]
     probing = dataclasses.replace(base, probe_every=1, probe_prompts=1, probe_k=2, probe_stride=4)
     plain, probed = Trainer(base, tmp_path / "plain"), Trainer(probing, tmp_path / "probed")
     plain.run()

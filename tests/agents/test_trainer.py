@@ -88,10 +88,12 @@ def _train_cmd(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "creditgym.cli", *_train_args(out, *extra)]
 
 
-def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("credit", ["grpo", "cast", "compo"])  # cast's teacher and compo's critic resume too
+def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path, credit: str) -> None:
     full, killed = tmp_path / "full", tmp_path / "killed"
-    assert subprocess.run(_train_cmd(full), capture_output=True, timeout=600).returncode == 0
-    proc = subprocess.Popen(_train_cmd(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flag = ("--credit", credit)
+    assert subprocess.run(_train_cmd(full, *flag), capture_output=True, timeout=600).returncode == 0
+    proc = subprocess.Popen(_train_cmd(killed, *flag), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline:  # wait until step 3 is logged: past the step-2 checkpoint, before step 4
         metrics = killed / "metrics.jsonl"
@@ -101,7 +103,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path) ->
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert latest_checkpoint(killed / "checkpoints").name == "step-000002"
-    res = subprocess.run(_train_cmd(killed, "--resume"), capture_output=True, text=True, timeout=600)
+    res = subprocess.run(_train_cmd(killed, *flag, "--resume"), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "resumed from" in res.stdout
     assert _metrics(killed) == _metrics(full)  # bit-for-bit: every logged number of every step
