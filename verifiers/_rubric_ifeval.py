@@ -261,10 +261,23 @@ def check(criterion_id: str, kwargs: Mapping[str, Any], response: str) -> tuple[
     return (1.0 if passed else 0.0), spans
 
 
-def check_many(item: tuple[str, list[tuple[str, str]]]) -> list[tuple[float, list[Span]]]:
-    """Pool entry point: ``(response, [(criterion_id, kwargs_json), ...])`` -> one ``check`` result each."""
+#: What ``check_many`` gives for a criterion whose checker ran past a time limit of its own (nltk's tokenizers run
+#: every regex under ``nltk.redos``'s wall-clock limit and raise ``TimeoutError``): the response's fault, like the
+#: pool's deadline, so it scores 0 as a timeout, never a dropped ``infra_error``.
+TIMED_OUT = "timeout"
+
+
+def check_many(item: tuple[str, list[tuple[str, str]]]) -> list[tuple[float, list[Span]] | str]:
+    """Pool entry point: ``(response, [(criterion_id, kwargs_json), ...])`` -> one ``check`` result each, or
+    `TIMED_OUT` for a criterion whose checker raised ``TimeoutError``."""
     response, criteria = item
-    return [check(cid, json.loads(kw), response) for cid, kw in criteria]
+    results: list[tuple[float, list[Span]] | str] = []
+    for cid, kw in criteria:
+        try:
+            results.append(check(cid, json.loads(kw), response))
+        except TimeoutError:
+            results.append(TIMED_OUT)
+    return results
 
 
 # One value per kwarg type, enough for every checker to run once (the language checks load langdetect's profiles).

@@ -23,7 +23,8 @@ Verdict (:class:`~creditgym.verifiers.verdict.Verdict`):
   (``mode="all_or_nothing"``). ``status`` is ``"correct"`` if every criterion passed, else ``"wrong"``.
 - ``"infra_error"`` (score ``None``): a check could not run (the LLM judge's endpoint failed after its retries, a
   checker raised). ``details["error"]`` names the criterion. Trainers drop such episodes.
-- ``"timeout"`` (score 0.0): the IFEval checks ran past ``timeout`` seconds.
+- ``"timeout"`` (score 0.0): the IFEval checks ran past ``timeout`` seconds, or one of them past its tokenizer's own
+  regex time limit (``nltk.redos``, 5 s a match: a pathological or megabyte response).
 - ``spans``: the union of the criteria's spans, in criterion order.
 
 IFEval checks run in a worker process with the math verifier's guarantees (see ``_pool.py``): a hard deadline per
@@ -322,7 +323,10 @@ def grade(
         payload = (text, [(criteria[i].id, json.dumps(criteria[i].kwargs)) for i in offload])
         outcome = _deadline_pool().run([payload], float(timeout))[0]
         for j, i in enumerate(offload):
-            if outcome.kind == "ok":
+            if outcome.kind == "ok" and outcome.value[j] == _rubric_ifeval.TIMED_OUT:
+                timed_out = True  # the checker's own regex time limit, not the pool's deadline
+                results[i] = (0.0, [], "timeout: the IFEval check ran past its tokenizer's regex time limit")
+            elif outcome.kind == "ok":
                 score, spans = outcome.value[j]
                 results[i] = (score, [tuple(s) for s in spans], None)
             elif outcome.kind == "timeout":
@@ -359,7 +363,8 @@ def grade(
         details["error"] = "; ".join(f"criterion {cid!r}: {err}" for cid, err in failed)
         return Verdict(None, "infra_error", details, all_spans)
     if timed_out:
-        details["error"] = f"the IFEval checks of a {len(text)}-character response ran past {timeout} s"
+        reasons = sorted({row["error"] for row in rows if row.get("error", "").startswith("timeout")})
+        details["error"] = f"the IFEval checks of a {len(text)}-character response: " + "; ".join(reasons)
         return Verdict(0.0, "timeout", details, all_spans)
     all_passed = all(row["passed"] for row in rows)
     if mode == "all_or_nothing":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -220,6 +221,26 @@ def test_a_checker_that_raises_is_an_infra_error_not_a_zero() -> None:
     v = grade("x", [Criterion("punctuation:no_comma"), Criterion("test:broken")])
     assert v.status == "infra_error" and v.score is None
     assert "test:broken" in v.details["error"] and "boom" in v.details["error"]
+
+
+def test_a_checker_past_its_own_regex_time_limit_is_a_timeout_not_an_infra_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nltk runs its tokenizers' regexes under ``nltk.redos``'s wall-clock limit (5 s); on a slow machine a
+    megabyte response hits it. That is the response's fault: a 0, never a dropped ``infra_error`` a policy could
+    hide behind. Here the limit is made tiny, in this process, so that it is hit every time."""
+    import nltk.redos
+
+    from creditgym.verifiers import _rubric_ifeval
+
+    monkeypatch.setattr(nltk.redos, "DEFAULT_TIMEOUT", 1e-9)
+    kwargs = json.dumps(CASES["change_case:capital_word_frequency"][0])
+    text = "Some WORDS here. " * 20_000
+    out = _rubric_ifeval.check_many((text, [("change_case:capital_word_frequency", kwargs),
+                                            ("punctuation:no_comma", "{}")]))  # fmt: skip
+    assert out == [_rubric_ifeval.TIMED_OUT, (1.0, [])]
+    with pytest.raises(TimeoutError):  # the limit is really hit, not some other failure mapped to a timeout
+        _rubric_ifeval.check("change_case:capital_word_frequency", json.loads(kwargs), text)
 
 
 def test_a_megabyte_response_gets_a_verdict_in_reasonable_time() -> None:
