@@ -318,19 +318,19 @@ def grade(
 
     results: list[tuple[float | None, list[Span], str | None]] = [(None, [], None)] * len(criteria)
     offload = [i for i, c in enumerate(criteria) if c.id in _rubric_ifeval.SCHEMAS]
-    timed_out = False
+    timeouts: set[str] = set()  # why the IFEval checks timed out, for details["error"]
     if offload:
         payload = (text, [(criteria[i].id, json.dumps(criteria[i].kwargs)) for i in offload])
         outcome = _deadline_pool().run([payload], float(timeout))[0]
         for j, i in enumerate(offload):
             if outcome.kind == "ok" and outcome.value[j] == _rubric_ifeval.TIMED_OUT:
-                timed_out = True  # the checker's own regex time limit, not the pool's deadline
+                timeouts.add("a check ran past its tokenizer's regex time limit")  # not the pool's deadline
                 results[i] = (0.0, [], "timeout: the IFEval check ran past its tokenizer's regex time limit")
             elif outcome.kind == "ok":
                 score, spans = outcome.value[j]
                 results[i] = (score, [tuple(s) for s in spans], None)
             elif outcome.kind == "timeout":
-                timed_out = True
+                timeouts.add(f"ran past {timeout} s")
                 results[i] = (0.0, [], f"timeout: the IFEval checks ran past {timeout} s")
             else:
                 results[i] = (None, [], f"checker worker failed: {outcome.error}")
@@ -362,9 +362,10 @@ def grade(
     if failed:
         details["error"] = "; ".join(f"criterion {cid!r}: {err}" for cid, err in failed)
         return Verdict(None, "infra_error", details, all_spans)
-    if timed_out:
-        reasons = sorted({row["error"] for row in rows if row.get("error", "").startswith("timeout")})
-        details["error"] = f"the IFEval checks of a {len(text)}-character response: " + "; ".join(reasons)
+    if timeouts:
+        details["error"] = f"the IFEval checks of a {len(text)}-character response: " + "; ".join(
+            sorted(timeouts)
+        )
         return Verdict(0.0, "timeout", details, all_spans)
     all_passed = all(row["passed"] for row in rows)
     if mode == "all_or_nothing":
