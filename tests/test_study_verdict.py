@@ -312,14 +312,34 @@ def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path
 
 #: The entries a study's follow-ups must reproduce: on the chains `grpo` and `pact` (part 5's `cast` and `compo`
 #: differ from the study's by up to 0.010 at some seeds, 0 and 2 for both and 3 and 4 for `cast`, and today's code
-#: reproduces the follow-up's, README part 5); on the easy task every entry (None), as its probed follow-up reran
-#: them all.
-REPRODUCED: dict[str, set[str] | None] = {"study-chains": {"grpo", "pact"}, "study-easy": None}
+#: reproduces the follow-up's, README part 5); on the easy task and the hard rubric every entry (None), as their
+#: probed follow-ups reran them all.
+REPRODUCED: dict[str, set[str] | None] = {
+    "study-chains": {"grpo", "pact"},
+    "study-easy": None,
+    "study-hard": None,
+}
+#: A study's follow-ups that ran new seeds instead of rerunning its own (the hard rubric's seeds 6-19).
+EXTENSIONS = {"study-hard": {"seeds6-9", "seeds10-14", "seeds15-16", "seeds17-19"}}
 FOLLOW_UPS = sorted(
     (study, p.parent.name)
     for study in REPRODUCED
     for p in (ROOT / "examples" / "results" / study).glob("*/results.json")
+    if p.parent.name not in EXTENSIONS.get(study, set())
 )
+EXTENDED = sorted((study, name) for study, names in EXTENSIONS.items() for name in names)
+
+
+@pytest.mark.parametrize(("study", "extension"), EXTENDED, ids=[f"{s}/{e}" for s, e in EXTENDED])
+def test_extensions_ran_seeds_of_their_own_with_the_study_settings(study: str, extension: str) -> None:
+    """A follow-up left out of the reproduction test below ran only seeds the study did not, with its settings."""
+    folder = ROOT / "examples" / "results" / study
+    first = json.loads((folder / "results.json").read_text())
+    runs = json.loads((folder / extension / "results.json").read_text())["runs"]
+    assert runs and not {r["seed"] for r in runs} & {r["seed"] for r in first["runs"]}
+    by_entry = {r["entry"]: r["train_config"] for r in first["runs"] if r["seed"] == 0}
+    for run in runs:
+        assert {**run["train_config"], "seed": 0} == by_entry[run["entry"]]
 
 
 @pytest.mark.parametrize(("study", "follow_up"), FOLLOW_UPS, ids=[f"{s}/{f}" for s, f in FOLLOW_UPS])
