@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -368,3 +369,39 @@ def test_rerunning_reproduced_the_committed_study_runs(study: str, follow_up: st
         assert (a["config_hash"] == b["config_hash"]) == (a["train_config"] == b["train_config"])
         assert bool(b["train_config"]["probe_every"]) == bool(b["probe"])  # a probed run logged its figures
         assert a["curve"] == b["curve"] and len(a["curve"]) == 4, (b["entry"], b["seed"])
+
+
+headline = _example("headline")
+
+
+def test_the_headline_is_its_studies_verdicts_and_in_the_readme() -> None:
+    """examples/results/headline.md is headline.py's table of the committed verdicts, the README quotes it, and each
+    row's difference, MDE and verdict are the ones its study's verdict.md prints for that entry."""
+    table = (ROOT / "examples" / "results" / "headline.md").read_text()
+    assert table == headline.headline_markdown()
+    assert table in (ROOT / "README.md").read_text()
+    lines = table.splitlines()[2:]
+    assert len(lines) == len(headline.ROWS)
+    for row, line in zip(headline.ROWS, lines, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == f"`{row.entry}`"
+        printed = (ROOT / "examples" / "results" / row.study / "verdict.md").read_text()
+        assert f"| `{row.entry}` | {cells[2]} | {cells[3]} | {cells[4]} | {cells[5]} |" in printed
+        assert (row.probed is None) == (cells[6] == "not probed during training")
+
+
+def test_the_headline_names_what_a_verdict_lacks() -> None:
+    with pytest.raises(KeyError, match="no row for 'nope'"):
+        headline.verdict_row("study-chains", "nope")
+    with pytest.raises(KeyError, match="no probe rows for 'nope'"):
+        headline.probe_cell("study-chains/probed-pooled", "nope")
+
+
+def test_the_headline_command_writes_the_committed_table(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "headline.md"
+    res = subprocess.run(
+        [sys.executable, "examples/study/headline.py", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert out.read_text() == res.stdout == (ROOT / "examples" / "results" / "headline.md").read_text()
