@@ -99,7 +99,7 @@ def probe_cell(probed: str | None, entry: str) -> str:
 def headline_markdown(rows: Sequence[Row] = ROWS) -> str:
     """The table (Markdown): per row, the verdict of its study, the probes during training and the easy control."""
     lines = [
-        "| module | home task | seeds paired | Δ vs `grpo` at step 60 (95% interval) | MDE | verdict "
+        "| entry | home task | seeds paired | Δ vs `grpo` at step 60 (95% interval) | MDE | verdict "
         "| within-response Spearman with A* during training, steps 0 / 30 / 60 "
         "| easy control: Δ vs `grpo` (6 seeds) | folder |",
         "|---|---|---:|---:|---:|---|---:|---:|---|",
