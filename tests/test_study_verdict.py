@@ -16,6 +16,7 @@ from creditgym.agents.compare import parse_entry
 from creditgym.agents.stats import min_detectable_effect, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "examples" / "study"
 VERDICTS = sorted((ROOT / "examples" / "results").glob("*/verdict.md"))
 
 
@@ -39,8 +40,11 @@ def _study(folder: Path) -> dict[str, Any]:
 
 
 def _example(name: str) -> Any:
-    """``examples/study/<name>.py`` as a module (a dataclass looks its module up in sys.modules)."""
-    spec = importlib.util.spec_from_file_location(f"study_{name}", ROOT / "examples" / "study" / f"{name}.py")
+    """``examples/study/<name>.py`` as a module (a dataclass looks its module up in sys.modules), with its folder
+    on the import path, as when it runs as a script (headline.py imports verdict.py)."""
+    if str(STUDY) not in sys.path:
+        sys.path.append(str(STUDY))
+    spec = importlib.util.spec_from_file_location(f"study_{name}", STUDY / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[f"study_{name}"] = module

@@ -20,6 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from verdict import estimate  # examples/study/verdict.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "examples" / "results"
 EASY = "study-easy"
@@ -67,10 +69,6 @@ def _verdict(study: str) -> dict[str, Any]:
     return json.loads((RESULTS / study / "verdict.json").read_text())
 
 
-def _estimate(value: float, ci: Sequence[float] | None) -> str:
-    return f"{value:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
-
-
 def verdict_row(study: str, entry: str) -> Mapping[str, Any]:
     """The verdict row of ``entry`` in ``study``'s ``verdict.json``.
 
@@ -106,16 +104,13 @@ def headline_markdown(rows: Sequence[Row] = ROWS) -> str:
     ]
     for row in rows:
         v = verdict_row(row.study, row.entry)
-        easy = "not run" if row.easy is None else _estimate(*_diff(verdict_row(EASY, row.easy)))
+        e = None if row.easy is None else verdict_row(EASY, row.easy)
+        easy = "not run" if e is None else estimate(e["diff"], e["ci95"])
         lines.append(
-            f"| `{row.entry}` | {row.task} | {len(v['seeds'])} | {_estimate(*_diff(v))} | {v['mde']:.3f} "
+            f"| `{row.entry}` | {row.task} | {len(v['seeds'])} | {estimate(v['diff'], v['ci95'])} | {v['mde']:.3f} "
             f"| {v['verdict']} | {probe_cell(row.probed, row.entry)} | {easy} | `{row.study}` |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _diff(row: Mapping[str, Any]) -> tuple[float, Sequence[float] | None]:
-    return row["diff"], row["ci95"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -144,8 +144,8 @@ def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _estimate(value: float, ci: Sequence[float] | None) -> str:
-    """A figure as the tables print it: ``+0.123``, with ``[lo, hi]`` after it when it has an interval."""
+def estimate(value: float, ci: Sequence[float] | None) -> str:
+    """A figure as the tables print it (here and in headline.py): ``+0.123``, with ``[lo, hi]`` after it when it has an interval."""
     return f"{value:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
 
 
@@ -163,7 +163,7 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
         cells = []
         for step in steps:
             row = mine.get(step)
-            cells.append("" if row is None else _estimate(row["diff"], row["ci95"]))
+            cells.append("" if row is None else estimate(row["diff"], row["ci95"]))
         seeds = len(next(iter(mine.values()))["seeds"])
         lines.append(f"| `{entry}` | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -215,9 +215,7 @@ def probe_markdown(results: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        cells = [
-            "" if row[name] is None else _estimate(row[name], row.get(f"{name}_ci95")) for name in PROBED
-        ]
+        cells = ["" if row[name] is None else estimate(row[name], row.get(f"{name}_ci95")) for name in PROBED]
         lines.append(
             f"| `{row['entry']}` | {row['step']} | {len(row['seeds'])} | " + " | ".join(cells) + " |"
         )
@@ -233,7 +231,7 @@ def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None
 def _fig(figure: Mapping[str, Any] | None) -> str:
     if not figure or figure["value"] is None:
         return "not probed"
-    return _estimate(figure["value"], figure["ci"])
+    return estimate(figure["value"], figure["ci"])
 
 
 def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> str:
@@ -254,7 +252,7 @@ def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None
             cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | |"
         else:
             cells = (
-                f"| `{row['entry']}` | {len(row['seeds'])} | {_estimate(row['diff'], row['ci95'])} "
+                f"| `{row['entry']}` | {len(row['seeds'])} | {estimate(row['diff'], row['ci95'])} "
                 f"| {row['mde']:.3f} | {row['verdict']} |"
             )
         if probe is not None:
