@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 VERL   := verl==0.9.1
 VBIN   := .venv-verl/bin
 
-.PHONY: run test test-tools test-verl engine install install-dev lint format bench clean
+.PHONY: run test test-tools test-verl engine install install-dev lint format bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.core pyproject.toml
-	$(PIP) -e '.[dev,swe,sb3,ray]'
+	$(PIP) -e '.[dev,swe,sb3,ray,docs]'
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.core pyproject.toml
+	$(PIP) -e '.[docs]'
 	touch $@
 
 install: $(VENV)/.core
@@ -39,11 +43,14 @@ test: install-dev engine test-tools
 	$(BIN)/python -m pytest
 	$(MAKE) test-verl
 
-## What the embedding and Ray-isolation tests build and run with: a C compiler, Python.h, unshare (Debian packages).
+## What the embedding and Ray-isolation tests build and run with: a C compiler, Python.h, unshare; and the
+## browser the docs site is checked in: Chromium and its driver (Debian packages).
 test-tools:
 	@command -v gcc >/dev/null && command -v unshare >/dev/null \
 	  && test -f "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
-	  || { S=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$S apt-get update -qq && $$S apt-get install -y -q gcc python3-dev util-linux; }
+	  && test -x /usr/bin/chromium && test -x /usr/bin/chromedriver \
+	  || { S=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$S apt-get update -qq \
+	       && $$S apt-get install -y -q gcc python3-dev util-linux chromium chromium-driver; }
 
 ## verl pins transformers<5.11, so it gets an environment of its own: the pinned verl, torch and creditgym's core.
 .venv-verl/.ready: pyproject.toml
@@ -62,8 +69,12 @@ lint: install-dev
 format: install-dev
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
+## The docs site (docs/, mkdocs.yml) into site/; any warning fails the build.
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: install-dev
 	$(BIN)/python examples/benchmarks/env_step.py --json runs/bench/env_step.json
 
 clean:
-	rm -rf $(VENV) .venv-verl runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-verl runs site build/docs-api .pytest_cache .ruff_cache

@@ -8,22 +8,26 @@ registered by name; importing this package registers all of them::
     module = credit.get("grpo")                 # CreditModule: fn, config, signals, critic
     out = module(batch, module.config())        # out.advantages: (B, T)
 
-Adding a module: one file ``credit/<name>.py`` using `register`, plus one import line below (or, outside the
-package, any module that calls `register`; a new signal is `declare_signal` here plus a provider in
-``creditgym.agents.signals``).
+Adding a module: one file ``credit/<name>.py`` using `register`, plus one import line below. Outside the package,
+any module that calls `register`: ``creditgym train --credit mypkg.mine:mine`` imports it first, and an installed
+package may list it under the ``creditgym.credit`` entry-point group. A new signal is `declare_signal` in the
+module's file plus a provider (``creditgym.agents.providers``).
 """
 
 from __future__ import annotations
 
 from creditgym.credit import cast, compo, cort, gae, grpo, pact, rloo, vine
 from creditgym.credit.base import (
+    CREDIT,
+    MARK,
     SIGNALS,
     CreditBatch,
     CreditFn,
     CreditModule,
     CreditOutput,
-    CriticTargetFn,
+    ProvidedBy,
     UnknownCreditModuleError,
+    advantage_metrics,
     available,
     declare_signal,
     get,
@@ -39,6 +43,8 @@ from creditgym.credit.pact import PACTConfig
 from creditgym.credit.rloo import RLOOConfig
 
 __all__ = [
+    "CREDIT",
+    "MARK",
     "SIGNALS",
     "CASTConfig",
     "CoRTConfig",
@@ -47,12 +53,13 @@ __all__ = [
     "CreditFn",
     "CreditModule",
     "CreditOutput",
-    "CriticTargetFn",
     "GAEConfig",
     "GRPOConfig",
     "PACTConfig",
+    "ProvidedBy",
     "RLOOConfig",
     "UnknownCreditModuleError",
+    "advantage_metrics",
     "available",
     "cast",
     "compo",

@@ -16,20 +16,21 @@ A credit module turns sparse scores into per-token advantages. It is one pure fu
 
 ``signals`` names the extra inputs the module reads (the vocabulary `SIGNALS`; `declare_signal` adds to it) and,
 for each, the fields of the module's config that parameterise how it is computed (here the field ``teacher``
-chooses the teacher). The trainer only ever does ``module = get(name); out = module(batch, cfg)``: for each
-declared signal it runs that signal's provider (``creditgym.agents.signals``) with those fields as parameters,
-trains a critic when ``module.critic`` is true, and never branches on the name.
+chooses the teacher), computed by the signal's default provider; `ProvidedBy` names another provider
+(``signals={"values": ProvidedBy("critic_model", params=(...))}``). Names only: the providers live in
+``creditgym.agents.providers`` and are looked up when a run starts. The trainer only ever does
+``module = get(name); out = module(batch, cfg)`` and never branches on the name.
 
-A critic module may also need inputs that exist only *after* the actor update (PACT's actor-then-critic order:
-log-probs of the updated actor). It declares them as ``critic_signals`` together with a ``critic_targets``
-function ``(batch, cfg) -> (targets (B, T), mask (B, T))``; after the actor update the trainer computes those
-signals, adds them to ``batch.signals`` and fits the critic on ``critic_targets(batch, cfg)`` instead of
-``(out.returns, policy_mask)``. Generic: no module name is special.
+``get("mypkg.mine:mine")`` imports ``mypkg.mine`` first; a name nobody registered loads the installed packages'
+``creditgym.credit`` entry points once (as envs do with ``creditgym.envs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.metadata
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,20 +40,28 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "CREDIT",
+    "ENTRY_POINT_GROUP",
+    "MARK",
     "SIGNALS",
     "CreditBatch",
     "CreditFn",
     "CreditModule",
     "CreditOutput",
-    "CriticTargetFn",
+    "ProvidedBy",
     "UnknownCreditModuleError",
     "advantage_metrics",
     "available",
     "declare_signal",
     "get",
+    "load_entry_points",
+    "load_registered",
     "register",
     "require",
 ]
+
+#: Installed packages add credit modules under this entry-point group (loaded when an unknown name is asked for).
+ENTRY_POINT_GROUP = "creditgym.credit"
 
 _SIGNALS: dict[str, str] = {
     "counterfactual_logprobs": "(B, T) log-probs of the sampled tokens replayed under the counterfactual "
@@ -61,8 +70,6 @@ _SIGNALS: dict[str, str] = {
     "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
     "(CompPO: concentration in [0, 1])",
     "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
-    "updated_logprobs": "(B, T) log-probs of the sampled tokens under the updated actor pi_{k+1}, computed "
-    "after the actor update for a module's critic phase (PACT's critic_signals)",
     "mc_values": "(B, T, 2) Monte-Carlo values around the step holding each policy token: [..., 0] = V(prefix "
     "before the step), [..., 1] = V(prefix after it), each the mean reward of K continuations sampled from that "
     "prefix; after the last step, the response's reward (VinePPO)",
@@ -76,7 +83,7 @@ SIGNALS: Mapping[str, str] = MappingProxyType(_SIGNALS)
 def declare_signal(name: str, meaning: str) -> None:
     """Add ``name`` to the vocabulary `SIGNALS`, with its shape and meaning (``"(B, T) ..."``).
 
-    A new signal needs this declaration (the contract) and a provider in ``creditgym.agents.signals`` (how a
+    A new signal needs this declaration (the contract) and a provider (``creditgym.agents.providers``: how a
     trainer computes it). Declaring a known name again with the same meaning is a no-op.
 
     Raises:
@@ -214,28 +221,33 @@ class CreditBatch:
         return B, T
 
 
+#: `CreditOutput.diagnostics` key of the per-token credit that plots show when it differs from the advantages.
+CREDIT = "credit"
+#: Prefix of a `CreditOutput.diagnostics` key holding signed marks in {-1, 0, +1} (``"mark/flip"``).
+MARK = "mark/"
+
+
 @dataclass(frozen=True)
 class CreditOutput:
     """What a credit module returns.
 
     Attributes:
         advantages: (B, T) float, detached, exactly 0 wherever ``policy_mask`` is False. Plugged into the clipped
-            policy-gradient loss (``creditgym.agents.loss.policy_loss``) as is.
+            policy-gradient loss (``creditgym.agents.train.loss.policy_loss``) as is.
         returns: (B, T) float or None. Value targets, for modules that train a critic (0 where masked).
         metrics: namespaced scalars, e.g. ``{"credit/grpo/adv_abs_mean": 0.8}``; the trainer logs them.
-        token_credit: (B, T) float or None. Per-token credit for plots and diagnostics (credit heatmaps), when it
-            differs from the advantages, e.g. PACT's ``C_t = V(next prefix) - V(prefix)``; 0 where masked. The
-            trainer never optimises it.
-        token_marks: named (B, T) diagnostic marks in {-1, 0, +1}: tokens a module treats apart, signed by the
-            direction it pushes them (CAST: ``"flip"``, its flipped tokens); 0 where masked. ``creditgym probe``
-            reports, per mark, the share of marked tokens whose A* has the mark's sign. Never optimised.
+        diagnostics: named (B, T) float tensors for plots and the probe, finite and 0 where ``policy_mask`` is
+            False, never optimised. Keys: ``"credit"`` (`CREDIT`), the per-token credit the trainer's heatmap
+            shows when it differs from the advantages (PACT's ``C_t = V(next prefix) - V(prefix)``);
+            ``"mark/<name>"`` (`MARK`), marks in {-1, 0, +1}: tokens the module treats apart, signed by the
+            direction it pushes them (CAST's ``"mark/flip"``), which ``creditgym probe`` scores against A*.
+            Stored read-only.
     """
 
     advantages: Tensor
     returns: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
-    token_credit: Tensor | None = None
-    token_marks: Mapping[str, Tensor] = field(default_factory=dict)
+    diagnostics: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         a = self.advantages
@@ -250,18 +262,19 @@ class CreditOutput:
             raise TypeError(
                 f"CreditOutput.returns: expected a float tensor of shape {tuple(a.shape)}, got {got}"
             )
-        c = self.token_credit
-        if c is not None and (not isinstance(c, Tensor) or c.shape != a.shape or not c.is_floating_point()):
-            got = _describe(c) if isinstance(c, Tensor) else type(c).__name__
-            raise TypeError(
-                f"CreditOutput.token_credit: expected a float tensor of shape {tuple(a.shape)}, got {got}"
-            )
-        for name, m in self.token_marks.items():
-            if not isinstance(m, Tensor) or m.shape != a.shape:
-                got = _describe(m) if isinstance(m, Tensor) else type(m).__name__
+        for key, x in self.diagnostics.items():
+            if not isinstance(x, Tensor) or x.shape != a.shape or not x.is_floating_point():
+                got = _describe(x) if isinstance(x, Tensor) else type(x).__name__
                 raise TypeError(
-                    f"CreditOutput.token_marks[{name!r}]: expected shape {tuple(a.shape)}, got {got}"
+                    f"CreditOutput.diagnostics[{key!r}]: expected a float tensor of shape {tuple(a.shape)}, got {got}"
                 )
+            if key.startswith(MARK) and not (
+                key[len(MARK) :] and torch.isin(x, x.new_tensor([-1, 0, 1])).all()
+            ):
+                raise ValueError(
+                    f"CreditOutput.diagnostics[{key!r}]: a mark 'mark/<name>' holds only -1, 0 and +1"
+                )
+        object.__setattr__(self, "diagnostics", MappingProxyType(dict(self.diagnostics)))
 
 
 ConfigT = TypeVar("ConfigT")
@@ -274,17 +287,6 @@ class CreditFn(Protocol[ConfigT_contra]):
     def __call__(self, batch: CreditBatch, cfg: ConfigT_contra, /) -> CreditOutput: ...
 
 
-class CriticTargetFn(Protocol[ConfigT_contra]):
-    """A critic module's target function for the critic phase, run after the actor update: pure, no grad.
-
-    ``batch.signals`` holds the module's ``critic_signals`` as well. Returns ``targets`` (B, T) float and
-    ``mask`` (B, T) bool (a subset of ``policy_mask``), both detached: the critic is fitted on ``targets`` where
-    ``mask`` is True.
-    """
-
-    def __call__(self, batch: CreditBatch, cfg: ConfigT_contra, /) -> tuple[Tensor, Tensor]: ...
-
-
 class UnknownCreditModuleError(KeyError, ValueError):
     """``get(name)`` with a name nobody registered (a ``KeyError`` and a ``ValueError``)."""
 
@@ -293,13 +295,34 @@ class UnknownCreditModuleError(KeyError, ValueError):
 
 
 @dataclass(frozen=True)
+class ProvidedBy:
+    """How a module wants one of its signals computed: by which provider, with which fields of its config.
+
+    Attributes:
+        provider: A provider's registered name (``"critic_model"``), or ``"module:name"`` to import ``module``
+            first (a provider defined outside creditgym); None: the signal's default provider.
+        params: Fields of the module's config handed to the provider as its parameters (nothing else of the
+            config reaches it).
+    """
+
+    provider: str | None = None
+    params: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.provider is not None and not (isinstance(self.provider, str) and self.provider):
+            raise TypeError(f"ProvidedBy.provider: expected a provider name or None, got {self.provider!r}")
+        if isinstance(self.params, str) or not all(isinstance(p, str) for p in self.params):
+            raise TypeError(f"ProvidedBy.params: expected a tuple of config field names, got {self.params!r}")
+        object.__setattr__(self, "params", tuple(self.params))
+
+
+@dataclass(frozen=True)
 class CreditModule(Generic[ConfigT]):
     """A registry entry: the function, its config class, the signals it reads, whether it trains a critic.
 
-    ``critic_signals`` and ``critic_targets`` (both empty / None unless the module declares them): inputs the
-    trainer computes after the actor update, and the function giving the critic's targets from them (see the
-    module docstring). ``signal_params`` maps each declared signal (of either phase) to the fields of ``config``
-    that parameterise its provider (empty tuple: none).
+    ``provided_by`` maps each declared signal to the provider that computes it and the fields of ``config`` that
+    provider takes (`ProvidedBy`). ``actor_loss`` is the policy loss of the module's paper (``"ppo"``, the clipped
+    surrogate, or ``"dis"``, PACT's): a trainer uses it when its run names none.
     """
 
     name: str
@@ -307,10 +330,13 @@ class CreditModule(Generic[ConfigT]):
     config: type[ConfigT]
     signals: tuple[str, ...]
     critic: bool
-    critic_signals: tuple[str, ...] = ()
-    critic_targets: CriticTargetFn[ConfigT] | None = None
-    critic_loss: str = "mse"
-    signal_params: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    provided_by: Mapping[str, ProvidedBy] = field(default_factory=dict)
+    actor_loss: str = "ppo"
+
+    @property
+    def signal_params(self) -> dict[str, tuple[str, ...]]:
+        """signal -> the config fields its provider takes."""
+        return {signal: use.params for signal, use in self.provided_by.items()}
 
     def make_config(self, overrides: Mapping[str, object] | None = None) -> ConfigT:
         """The module's config with ``overrides`` (field -> value); an unknown field names the valid ones."""
@@ -342,13 +368,12 @@ class CreditModule(Generic[ConfigT]):
                 f"credit module {self.name!r} broke the contract: advantages must be finite and exactly 0 where "
                 "policy_mask is False"
             )
-        if out.token_credit is not None and (
-            (out.token_credit[~batch.policy_mask] != 0).any() or not torch.isfinite(out.token_credit).all()
-        ):
-            raise ValueError(
-                f"credit module {self.name!r} broke the contract: token_credit must be finite and exactly 0 where "
-                "policy_mask is False"
-            )
+        for key, x in out.diagnostics.items():
+            if (x[~batch.policy_mask] != 0).any() or not torch.isfinite(x).all():
+                raise ValueError(
+                    f"credit module {self.name!r} broke the contract: diagnostics[{key!r}] must be finite and "
+                    "exactly 0 where policy_mask is False"
+                )
         if self.critic and out.returns is None:
             raise ValueError(
                 f"credit module {self.name!r} trains a critic but returned no value targets (returns)"
@@ -359,21 +384,26 @@ class CreditModule(Generic[ConfigT]):
 _REGISTRY: dict[str, CreditModule[object]] = {}
 
 
-SignalDecl = Sequence[str] | Mapping[str, Sequence[str]]
+SignalDecl = Sequence[str] | Mapping[str, Sequence[str] | ProvidedBy]
 
 
-def _signal_params(module: str, config: type, decl: SignalDecl) -> dict[str, tuple[str, ...]]:
-    """``decl`` as ``{signal: config fields}``, each field checked to exist on ``config``."""
-    params = {s: tuple(f) for s, f in decl.items()} if isinstance(decl, Mapping) else {s: () for s in decl}
+def _provided_by(module: str, config: type, decl: SignalDecl) -> dict[str, ProvidedBy]:
+    """``decl`` as ``{signal: ProvidedBy}``, each parameter checked to be a field of ``config``."""
+    if isinstance(decl, str):
+        raise TypeError(
+            f"credit module {module!r}: signals must be a tuple or a mapping, got the string {decl!r}"
+        )
+    pairs = decl.items() if isinstance(decl, Mapping) else ((s, ()) for s in decl)
+    out = {s: d if isinstance(d, ProvidedBy) else ProvidedBy(params=tuple(d)) for s, d in pairs}
     names = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
-    for signal, wanted in params.items():
-        missing = [f for f in wanted if f not in names]
+    for signal, use in out.items():
+        missing = [f for f in use.params if f not in names]
         if missing:
             raise ValueError(
                 f"credit module {module!r}: the parameters {missing} declared for signal {signal!r} are not "
                 f"fields of {config.__name__} (fields: {sorted(names)})"
             )
-    return params
+    return out
 
 
 def register(
@@ -382,9 +412,7 @@ def register(
     config: type[ConfigT],
     signals: SignalDecl = (),
     critic: bool = False,
-    critic_signals: SignalDecl = (),
-    critic_targets: CriticTargetFn[ConfigT] | None = None,
-    critic_loss: str = "mse",
+    actor_loss: str = "ppo",
 ) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
     """Decorator: registers ``fn(batch, cfg) -> CreditOutput`` under ``name`` (file name = key = CLI value).
 
@@ -392,59 +420,106 @@ def register(
         name: the registry key, a Python identifier (``"cort"``).
         config: the module's frozen config dataclass; ``config()`` must give the defaults.
         signals: extra inputs the trainer must compute, from ``SIGNALS``: a tuple of names, or a mapping from
-            each name to the fields of ``config`` its provider takes as parameters (``{"attention_stats":
-            ("layers",)}``).
-        critic: True when the module's advantages come from a critic the trainer must train on ``returns``
-            (such a module declares the ``values`` signal).
-        critic_signals: signals (from ``SIGNALS``) the trainer computes after the actor update, for
-            ``critic_targets`` only (e.g. ``("updated_logprobs",)``), declared like ``signals``. Needs ``critic``
-            and ``critic_targets``.
-        critic_targets: ``(batch, cfg) -> (targets, mask)`` for the critic phase; given with ``critic_signals``.
-        critic_loss: ``"mse"`` (the value head's output is V) or ``"bce"`` (it is a logit: the trainer passes
-            ``sigmoid(logit)`` as ``values`` and fits the logit with soft binary cross-entropy, as PACT does).
+            each name to the fields of ``config`` its default provider takes as parameters (``{"attention_stats":
+            ("layers",)}``), or to a `ProvidedBy` naming another provider.
+        critic: True when the module's advantages come from a critic fitted on its ``returns`` (such a module
+            declares the ``values`` signal; its provider fits the critic after the actor update).
+        actor_loss: the name of the policy loss of the module's method (creditgym's trainer knows ``"ppo"``, the
+            clipped surrogate, and ``"dis"``, PACT's decoupled importance sampling), used by a run that names none.
 
     Raises:
         ValueError: duplicate name, name not an identifier, unknown signal, a signal parameter that is not a
-            config field, a critic without ``values``, or ``critic_signals`` without ``critic`` and
-            ``critic_targets`` (or the reverse).
+            config field, a critic without ``values``, or an actor loss that is not an identifier.
     """
     if not name.isidentifier():
         raise ValueError(f"credit module name must be a Python identifier like 'grpo', got {name!r}")
-    params = {**_signal_params(name, config, signals), **_signal_params(name, config, critic_signals)}
-    signals, critic_signals = tuple(signals), tuple(critic_signals)
-    unknown = sorted((set(signals) | set(critic_signals)) - set(SIGNALS))
+    provided_by = _provided_by(name, config, signals)
+    unknown = sorted(set(provided_by) - set(SIGNALS))
     if unknown:
         raise ValueError(
             f"credit module {name!r} declares unknown signals {unknown}; known: {sorted(SIGNALS)}"
         )
-    if critic and "values" not in signals:
+    if critic and "values" not in provided_by:
         raise ValueError(f"credit module {name!r} trains a critic, so it must declare the 'values' signal")
-    if (critic_signals or critic_targets is not None) and not (
-        critic and critic_signals and critic_targets is not None
-    ):
+    if not isinstance(actor_loss, str) or not actor_loss.isidentifier():
         raise ValueError(
-            f"credit module {name!r}: critic_signals={critic_signals!r} and critic_targets={critic_targets!r} "
-            "go together, and only on a module with critic=True"
+            f"credit module {name!r}: actor_loss must name a policy loss like 'ppo' or 'dis', got {actor_loss!r}"
         )
-    if critic_loss not in ("mse", "bce"):
-        raise ValueError(f"credit module {name!r}: critic_loss must be 'mse' or 'bce', got {critic_loss!r}")
 
     def deco(fn: CreditFn[ConfigT]) -> CreditFn[ConfigT]:
         if name in _REGISTRY:
             raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
-        _REGISTRY[name] = CreditModule(  # type: ignore[assignment]
-            name, fn, config, signals, critic, critic_signals, critic_targets, critic_loss, params
-        )
+        entry = CreditModule(name, fn, config, tuple(provided_by), critic, provided_by, actor_loss)
+        _REGISTRY[name] = entry  # type: ignore[assignment]
         return fn
 
     return deco
 
 
+_LOADED_GROUPS: set[str] = set()
+
+
+def load_entry_points(group: str) -> None:
+    """Load every installed entry point of ``group`` once: the named module is imported, or the named callable
+    called (importing or calling it registers what it adds).
+
+    Raises:
+        ValueError: an entry point fails to load, named with the error.
+    """
+    if group in _LOADED_GROUPS:
+        return
+    _LOADED_GROUPS.add(group)
+    for ep in importlib.metadata.entry_points(group=group):
+        try:
+            target = ep.load()
+        except Exception as e:
+            raise ValueError(
+                f"the {group!r} entry point {ep.name!r} ({ep.value}) failed to import: {type(e).__name__}: {e}"
+            ) from e
+        if callable(target) and not inspect.ismodule(target):
+            target()
+
+
+def load_registered(name: str, registry: Mapping[str, object], *, group: str, kind: str) -> str:
+    """The key of ``registry`` behind ``name``, importing what registers it (credit modules, signal providers).
+
+    ``"module:key"`` imports ``module`` first (importing it registers ``key``); a plain ``key`` missing from
+    ``registry`` loads the entry points of ``group`` (`load_entry_points`). Returns ``key``, which may still be
+    missing: the caller names what is known.
+
+    Raises:
+        ValueError: the module of ``module:key`` fails to import, or imports without registering ``key``; an entry
+            point fails to load.
+    """
+    module, sep, key = name.rpartition(":")
+    if sep and module:
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            raise ValueError(
+                f"{kind} {name!r}: importing module {module!r} failed ({type(e).__name__}: {e}); the "
+                "'module:name' form imports the module that registers name (is it on sys.path / PYTHONPATH?)"
+            ) from e
+        if key not in registry:
+            raise ValueError(
+                f"{kind} {name!r}: module {module!r} imported, but it registers no {kind} {key!r}"
+            )
+        return key
+    if name not in registry:
+        load_entry_points(group)
+    return name
+
+
 def get(name: str) -> CreditModule[object]:
-    """The module registered as ``name``; raises `UnknownCreditModuleError` listing the known names."""
-    if name not in _REGISTRY:
+    """The module registered as ``name`` (``"mypkg.mine:mine"`` imports ``mypkg.mine`` first; an unknown name
+    loads the ``creditgym.credit`` entry points); raises `UnknownCreditModuleError` listing the known names."""
+    try:
+        key = load_registered(name, _REGISTRY, group=ENTRY_POINT_GROUP, kind="credit module")
+    except ValueError as e:
+        raise UnknownCreditModuleError(str(e)) from e
+    if key not in _REGISTRY:
         raise UnknownCreditModuleError(f"unknown credit module {name!r}; known modules: {available()}")
-    return _REGISTRY[name]
+    return _REGISTRY[key]
 
 
 def available() -> list[str]:
@@ -468,6 +543,18 @@ def require(batch: CreditBatch, name: str, *, module: str = "this credit module"
             "signal listed in creditgym.credit.get(<name>).signals"
         )
     return x
+
+
+def check_reward_range(owner: str, rr: object) -> None:
+    """Raise a `ValueError` naming ``owner`` (``"PACTConfig.reward_range"``) unless ``rr`` is ``(lo, hi)``, two
+    finite floats with ``lo < hi``."""
+    if not (
+        isinstance(rr, tuple)
+        and len(rr) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rr)
+        and -float("inf") < rr[0] < rr[1] < float("inf")
+    ):
+        raise ValueError(f"{owner}: expected a tuple (lo, hi) of floats with lo < hi, got {rr!r}")
 
 
 def advantage_metrics(name: str, advantages: Tensor, mask: Tensor) -> dict[str, float]:

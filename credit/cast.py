@@ -1,66 +1,33 @@
 """CAST: clipped asymmetric self-teaching with advantage flipping for GRPO (arXiv 2606.00172).
 
-Not the game-solver "CAST" (arXiv 2607.25308). The base advantage, the clip bounds of ``w`` and the final clip
-are the paper's (section 3, "Asymmetric clipping and advantage flipping"); the map ``g -> w``, lambda and the
-flip rule are ours.
+Not the game-solver "CAST" (arXiv 2607.25308). The base advantage, the clip bounds of ``w`` and the final bound
+are the paper's (section 3); the map ``g -> w``, lambda and the flip rule are ours. Base advantage per row i (group
+g(i), rewards in ``reward_range = (lo, hi)``)::
 
-Base advantage per row i (group g(i); "correct" = ``r_i >= correct_threshold``, default 1.0, i.e. a binary
-verifier's pass)::
+    B_i = (r_i - mean_g r) / (std_g r + eps)     mixed group (GRPO, `creditgym.credit.grpo`)
+    B_i = -b_wrong + (b_correct + b_wrong) u     zero-variance group, u = clip((r_i - lo) / (hi - lo), 0, 1): all
+                                                 correct (r = hi) +b_correct, all wrong (r = lo) -b_wrong
+    B_i = 0                                      singleton group or padding row
 
-    B_i = (r_i - mean_g r) / (std_g r + eps)     mixed group (rewards not all equal; GRPO, `creditgym.credit.grpo`)
-    B_i = +b_correct                             zero-variance group whose common reward is correct
-    B_i = -b_wrong                               zero-variance group whose common reward is not correct
-    B_i = 0                                      singleton group or padding row (no group, as grpo / rloo)
+Token signal ``g[i, t] = teacher_logprobs[i, t] - old_logprobs[i, t]`` (teacher-positive: g > 0). Shaping::
 
-Token signal: ``g[i, t] = teacher_logprobs[i, t] - old_logprobs[i, t]`` (teacher-positive: g > 0). Shaping::
+    w[i, t]   = clip(exp(sgn(B_i) * g[i, t]), lo_B, hi_B),  (lo, hi) = pos_clip if B_i > 0, neg_clip if B_i < 0
+    A^[i, t]  = B_i * (1 + lambda * (w[i, t] - 1))          (keeps the sign of B_i)
+    A[i, t]   = -kappa_+ |A^[i, t]|   if B_i > 0 and g[i, t] < -delta    (teacher-negative token, correct row)
+              = +kappa_- |A^[i, t]|   if B_i < 0 and g[i, t] > +delta    (teacher-positive token, wrong row)
+              = A^[i, t]              otherwise                          (and always when flip=False)
+    A[i, t]  <- s_g(i) A[i, t],  s_g = min(1, adv_clip / max_{j in g, t} |A[j, t]|)   (keep_zero_sum=True)
+    A[i, t]  <- clip(A[i, t], -adv_clip, adv_clip)                                 (keep_zero_sum=False)
 
-    w[i, t]     = clip(exp(sgn(B_i) * g[i, t]), lo_B, hi_B),  (lo, hi) = (0.8, 1.05) if B_i > 0, (0.95, 1.2) if B_i < 0
-    A^[i, t]    = B_i * (1 + lambda * (w[i, t] - 1))          (keeps the sign of B_i)
-    A[i, t]     = -kappa_+ |A^[i, t]|     if B_i > 0 and g[i, t] < -delta    (teacher-negative token, correct row)
-                = +kappa_- |A^[i, t]|     if B_i < 0 and g[i, t] > +delta    (teacher-positive token, wrong row)
-                = A^[i, t]                otherwise                          (and always when flip=False)
-    A[i, t]    <- clip(A[i, t], -adv_clip, adv_clip)          (adv_clip = 1.2)
+``delta`` is ``cfg.delta`` (nats) when set, else the ``delta_quantile`` quantile of ``|g|`` over the batch's
+policy tokens. Flipped tokens are returned as the mark ``flip``. A non-finite ``g`` gets ``w = 1`` and no flip
+(counted in ``credit/cast/nonfinite_signal_tokens``). The teacher (``teacher``: ``"context"``, ``"model:PATH"``,
+``"snapshot"``, ``"ema"``) is computed by the provider in `creditgym.agents.providers.teachers`; it never sees
+the answer.
 
-``delta`` is ``cfg.delta`` when set (default 1.0 nats), else the ``delta_quantile`` quantile of ``|g|`` over the
-batch's policy tokens with a finite g (linear interpolation; the reference's "70th-80th percentile"). The quantile
-is meaningless when the gap is noise: it flips a fixed share of tokens whatever their gap. Measured with the
-snapshot teacher on the chains (``runs/cast-before``, lr 5e-5): its 75th percentile was 0.0000-0.0002 nats at
-every step and it flipped 8-16% of the tokens of each sign's rows (0% right after each refresh, when g = 0).
-How the absolute default was calibrated: the (lambda, delta, kappa_-) grid of
-``examples/results/probe/chains-cast-sweep/`` scored against the probe's A* on two batches (the before and after
-checkpoints). lambda and kappa_- barely move any figure; the pooled Pearson with A* rises with delta for the default
-teacher (before / after batch: 0.063 / 0.061 at delta 0.25, the first choice, ``-log 0.8``, where ``w`` reaches its
-clip bound; 0.076 / 0.079 at 0.5; 0.083 / 0.081 at 1.0; GRPO 0.085 / 0.099), because no teacher's flips beat chance
-there. At 1.0 the default teacher flips 1.1-1.7% of the tokens.
-
-The teacher (``teacher``, computed by the trainer's provider, `creditgym.agents.teachers`): never given the answer.
-``"context"`` (default): the policy's own weights, scoring the response after an answer-free block prepended to
-the prompt for the teacher only (``teacher_context``: ``"check"``, an instruction to check each step, default, or
-``"examples:N"``, N worked examples of the task family); ``"model:PATH"``: a separate model; ``"snapshot"`` (a copy
-refreshed every ``teacher_refresh_every`` steps) and ``"ema"`` (``phi <- ema phi + (1 - ema) theta``) are
-ablations. With a lagged copy, "teacher-negative" means "recently reinforced": on correct rows the flips land on
-the answer digits the last updates pushed up, and right after a refresh g = 0. Scored against the probe's A* on
-the chains (``examples/results/probe/chains-cast-sweep/``), the share of flipped tokens whose A* has the flip's
-sign was 0.34 for a snapshot lagging 5 steps (chance: 0.46), 0.36-0.38 for ``examples:2`` (on the 1M-parameter
-tiny model the examples disturb the copying of the question's operands), 0.39-0.45 for ``check`` and 0.28-0.50
-(few flips) for a separate, stronger model: no answer-free teacher beat chance there, so the default is the one
-that does least harm, with an absolute threshold that flips few tokens.
-
-The final clip ``[-adv_clip, adv_clip]`` (1.2, the paper's) binds on large base advantages. In a mixed group of 8
-with k correct (GRPO, unbiased std), ``B = +2.47, +1.62, +1.21`` on the correct rows for k = 1, 2, 3 and
-``-1.21, -1.62, -2.47`` on the wrong rows for k = 5, 6, 7: the clip cuts the rare success of a hard group by up to
-51% (k = 1: 2.47 -> 1.2, so the group's advantages sum to -1.28 rather than 0: the prompt's responses are pushed
-down on net) and the rare failure of an easy group alike. Zero-variance groups (``|B| = 1``) reach the bound only
-at ``w = 1.2``. ``credit/cast/clip_frac_pos`` / ``clip_frac_neg`` / ``clip_mass_frac`` log it per step. Measured
-in a 20-step chains run with the defaults (``examples/results/probe/chains-cast-after``): per step the clip touched
-14.1% of the policy tokens (7-23%), 21.7% of the tokens of rows with B > 0 (0-59%) and 12.4% of those with B < 0
-(2-48%), and removed 7.8% of the pre-clip ``|A|`` mass (3-15%); with ``delta=0.25`` 12.8%, 26.6%, 8.7% and 6.7%.
-
-Non-finite ``g`` (e.g. a ``-inf`` teacher log-prob): the token gets the neutral ``w = 1`` and no flip, so its
-advantage is ``clip(B_i)``; it is left out of the quantile and counted in ``credit/cast/nonfinite_signal_tokens``.
-
-Alternatives (not implemented): ``w = clip(1 + sgn(B) g)`` (linear map); a per-response quantile threshold; a
-flip to a fixed magnitude (``-kappa_+ |B_i|``) rather than ``|A^|``.
+Shapes: every input and output (B, T). Defaults (``CASTConfig``): pos_clip=(0.8, 1.05), neg_clip=(0.95, 1.2),
+flip=False (the study's chains collapsed with flips), delta=1.0, kappa_pos=1, kappa_neg=0.5, adv_clip=1.2 by group
+scale, teacher="context" with "check". Why, and the flags of the paper's method: docs/credit/cast.md.
 """
 
 from __future__ import annotations
@@ -70,10 +37,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
+from creditgym.credit.base import CreditBatch, CreditOutput, check_reward_range, register, require
 from creditgym.credit.grpo import GroupStats, GRPOConfig, group_metrics, grpo_advantage
 
-__all__ = ["CASTConfig", "cast", "cast_base_advantage", "masked_quantile", "parse_context", "parse_teacher"]
+__all__ = [
+    "CASTConfig",
+    "cast",
+    "cast_base_advantage",
+    "group_scale",
+    "masked_quantile",
+    "parse_context",
+    "parse_teacher",
+]
 
 
 @dataclass(frozen=True)
@@ -82,21 +57,27 @@ class CASTConfig:
 
     Attributes:
         grpo: how the mixed-group advantage is computed (see `GRPOConfig`).
-        correct_threshold: a reward ``>= correct_threshold`` counts as correct (for zero-variance groups).
+        reward_range: ``(lo, hi)``, ``lo < hi``: a reward ``hi`` is correct, ``lo`` wrong; a zero-variance group
+            with a reward in between gets a base between ``-b_wrong`` and ``+b_correct`` (module docstring).
         b_correct: base advantage of every row of an all-correct group, ``>= 0``.
         b_wrong: magnitude of the (negative) base advantage of every row of an all-wrong group, ``>= 0``.
         lam: ``lambda >= 0``, how much of ``w - 1`` enters the advantage.
         pos_clip: ``(lo, hi)`` bounds of ``w`` on rows with ``B > 0``, ``0 < lo <= 1 <= hi``.
         neg_clip: ``(lo, hi)`` bounds of ``w`` on rows with ``B < 0``.
-        flip: apply the local sign reversal (False: the "CAST without flipping" ablation).
+        flip: apply the local sign reversal (the paper's; False, the default: "CAST without flipping", because
+            with flips every chain seed of the study collapsed, docs/credit/cast.md).
         delta: absolute flip threshold on ``|g|``, ``>= 0``; None = use ``delta_quantile``.
         delta_quantile: quantile of ``|g|`` over the batch's policy tokens used as the threshold, in [0, 1].
         kappa_pos: ``kappa_+ >= 0``, the magnitude factor of a flipped teacher-negative token on a correct row.
         kappa_neg: ``kappa_- >= 0``, the bounded positive factor on a teacher-positive token of a wrong row.
-        adv_clip: final clip of the advantages to ``[-adv_clip, adv_clip]``, ``> 0``.
+        adv_clip: final bound of the advantages, ``|A| <= adv_clip``, ``> 0``.
+        keep_zero_sum: apply the bound as one scale per group (every token of the group's rows times
+            ``min(1, adv_clip / max |A|)``), which keeps the ratios within the group and so a mixed group's GRPO
+            zero sum; False: the paper's clip of each token (a group with 1 correct of 8 then sums to -1.28 per
+            token).
         teacher: for the trainer: ``"context"`` (the policy's weights after an answer-free block, default),
             ``"model:PATH"`` (a separate model), ``"snapshot"`` or ``"ema"`` (ablations); see
-            `creditgym.agents.teachers`.
+            `creditgym.agents.providers.teachers`.
         teacher_context: for ``teacher="context"``: ``"examples:N"`` (N worked examples of the task family) or
             ``"check"`` (an instruction to check each step).
         teacher_refresh_every: for ``teacher="snapshot"``: refresh the copy every N optimizer steps, ``>= 1``.
@@ -104,18 +85,19 @@ class CASTConfig:
     """
 
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    correct_threshold: float = 1.0
+    reward_range: tuple[float, float] = (0.0, 1.0)
     b_correct: float = 1.0
     b_wrong: float = 1.0
     lam: float = 1.0
     pos_clip: tuple[float, float] = (0.8, 1.05)
     neg_clip: tuple[float, float] = (0.95, 1.2)
-    flip: bool = True
+    flip: bool = False
     delta: float | None = 1.0
     delta_quantile: float = 0.75
     kappa_pos: float = 1.0
     kappa_neg: float = 0.5
     adv_clip: float = 1.2
+    keep_zero_sum: bool = True
     teacher: str = "context"
     teacher_context: str = "check"
     teacher_refresh_every: int = 10
@@ -124,10 +106,11 @@ class CASTConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.grpo, GRPOConfig):
             raise TypeError(f"CASTConfig.grpo: expected a GRPOConfig, got {type(self.grpo).__name__}")
-        if not isinstance(self.flip, bool):
-            raise TypeError(f"CASTConfig.flip: expected a bool, got {self.flip!r}")
+        for name in ("flip", "keep_zero_sum"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"CASTConfig.{name}: expected a bool, got {getattr(self, name)!r}")
+        check_reward_range("CASTConfig.reward_range", self.reward_range)
         floats = (
-            "correct_threshold",
             "b_correct",
             "b_wrong",
             "lam",
@@ -214,9 +197,21 @@ def cast_base_advantage(batch: CreditBatch, cfg: CASTConfig) -> tuple[Tensor, Te
     """
     A, r, is_sample, g = grpo_advantage(batch, cfg.grpo)  # (B,) each; 0 outside mixed groups
     zero_var = is_sample & (g.n >= 2) & g.all_equal
-    fixed = torch.where(r >= cfg.correct_threshold, cfg.b_correct, -cfg.b_wrong).to(r.dtype)
+    lo, hi = cfg.reward_range
+    u = ((r - lo) / (hi - lo)).clamp(0.0, 1.0)  # (B,) the common reward's place in the range
+    fixed = -cfg.b_wrong + (cfg.b_correct + cfg.b_wrong) * u
     B = torch.where(zero_var, fixed, A)
     return B, r, is_sample, g
+
+
+def group_scale(A: Tensor, mask: Tensor, group_ids: Tensor, bound: float) -> Tensor:
+    """(B, 1): per row, ``min(1, bound / m)`` with ``m`` the largest ``|A|`` over the policy tokens (``mask``) of
+    every row of its group (1 where ``m`` is 0)."""
+    _, group = torch.unique(group_ids, return_inverse=True)  # (B,) 0..n_groups-1
+    row_max = torch.where(mask, A.abs(), 0.0).amax(-1)  # (B,)
+    group_max = row_max.new_zeros(int(group.max()) + 1).scatter_reduce(0, group, row_max, "amax")
+    m = group_max[group]  # (B,)
+    return torch.where(m > bound, bound / m.clamp(min=bound), 1.0)[:, None]
 
 
 @register(
@@ -235,12 +230,14 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
 
     Returns:
         advantages (B, T) in ``[-adv_clip, adv_clip]``, 0 off the policy mask; no returns; metrics
-        ``credit/cast/*``: GRPO's group metrics, ``all_correct_frac`` / ``all_wrong_frac`` / ``mixed_frac`` of
-        the sample rows, ``delta`` (the threshold used), ``flip_pos_frac`` / ``flip_neg_frac`` (of the policy
-        tokens of rows with B > 0 / B < 0), ``clip_frac`` (of all policy tokens), ``clip_frac_pos`` /
-        ``clip_frac_neg`` (of the tokens of rows with B > 0 / B < 0), ``clip_mass_frac`` (the share of the
-        pre-clip ``|A|`` mass the clip removes), ``w_mean``, ``nonfinite_signal_tokens``; ``token_marks["flip"]``:
-        +1 on flipped tokens of wrong rows, -1 on flipped tokens of correct rows, 0 elsewhere.
+        ``credit/cast/*``: GRPO's group metrics, ``all_correct_frac`` / ``all_wrong_frac`` /
+        ``all_partial_frac`` (zero-variance groups at ``hi``, at ``lo``, in between) / ``mixed_frac`` of the sample
+        rows, ``delta`` (the threshold used), ``flip_pos_frac`` / ``flip_neg_frac`` (of the policy tokens of rows
+        with B > 0 / B < 0), ``clip_frac`` (the share of all policy tokens the final bound changed),
+        ``clip_frac_pos`` / ``clip_frac_neg`` (of the tokens of rows with B > 0 / B < 0), ``clip_mass_frac`` (the
+        share of the ``|A|`` mass before the bound that it removes), ``w_mean``, ``nonfinite_signal_tokens``;
+        ``diagnostics["mark/flip"]``: +1 on flipped tokens of wrong rows, -1 on flipped tokens of correct rows, 0
+        elsewhere.
     """
     teacher = require(batch, "teacher_logprobs", module="credit module 'cast'")
     mask = batch.policy_mask
@@ -268,20 +265,25 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
     flip_neg = valid & (B < 0)[:, None] & (g > delta) if cfg.flip else torch.zeros_like(mask)
     A = torch.where(flip_pos, -cfg.kappa_pos * A_hat.abs(), A_hat)
     A = torch.where(flip_neg, cfg.kappa_neg * A_hat.abs(), A)
-    clipped = A.clamp(-cfg.adv_clip, cfg.adv_clip)
+    if cfg.keep_zero_sum:
+        scaled = A * group_scale(A, mask, batch.group_ids, cfg.adv_clip)
+        clipped = scaled.clamp(-cfg.adv_clip, cfg.adv_clip)  # the bound exactly, past the scale's rounding
+    else:
+        clipped = A.clamp(-cfg.adv_clip, cfg.adv_clip)
     advantages = torch.where(mask, clipped, 0.0)  # (B, T)
 
     n_samples = max(int(is_sample.sum()), 1)
     zero_var = is_sample & (stats.n >= 2) & stats.all_equal
     mixed = is_sample & (stats.n >= 2) & ~stats.all_equal
-    correct = r >= cfg.correct_threshold
+    lo, hi = cfg.reward_range
     on_pos, on_neg = mask & (B > 0)[:, None], mask & (B < 0)[:, None]
     n_tok = max(int(mask.sum()), 1)
     cut = mask & (clipped != A)
     metrics = {
         **group_metrics("cast", r, stats, is_sample, advantages, mask),
-        "credit/cast/all_correct_frac": float((zero_var & correct).sum()) / n_samples,
-        "credit/cast/all_wrong_frac": float((zero_var & ~correct).sum()) / n_samples,
+        "credit/cast/all_correct_frac": float((zero_var & (r >= hi)).sum()) / n_samples,
+        "credit/cast/all_wrong_frac": float((zero_var & (r <= lo)).sum()) / n_samples,
+        "credit/cast/all_partial_frac": float((zero_var & (r > lo) & (r < hi)).sum()) / n_samples,
         "credit/cast/mixed_frac": float(mixed.sum()) / n_samples,
         "credit/cast/delta": float(delta),
         "credit/cast/flip_pos_frac": float(flip_pos.sum()) / max(int(on_pos.sum()), 1),
@@ -295,4 +297,4 @@ def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:
         "credit/cast/nonfinite_signal_tokens": float((mask & ~finite).sum()),
     }
     flips = (flip_neg & mask).to(dtype) - (flip_pos & mask).to(dtype)  # (B, T): the sign each flip pushes
-    return CreditOutput(advantages, metrics=metrics, token_marks={"flip": flips})
+    return CreditOutput(advantages, metrics=metrics, diagnostics={"mark/flip": flips})

@@ -1,63 +1,33 @@
 """CompPO / Comp-GAE: attention concentration gates the GAE trace (arXiv 2608.21501, "Let Credit Follow
 Computation: Architecture-Aware Credit Transport for LLM RL").
 
-Paper: a detached statistic of the behaviour policy's attention (its concentration) is mapped to a bounded
-per-token retention gate that enters both the one-step bootstrap and the GAE trace; a constant gate recovers
-fixed-coefficient GAE. The formulas below are ours (arXiv 2608.21501's abstract fixes only the idea's
-architecture: an attention-concentration gate in the bootstrap and the trace, and a transport-aligned critic).
+A detached statistic of the behaviour policy's attention (its concentration) becomes a bounded per-token retention
+gate in both the one-step bootstrap and the GAE trace; a constant gate recovers GAE. The formulas are ours (the
+paper's abstract fixes only the architecture). Signal ``attention_stats`` = concentration kappa, (B, T) or
+(B, T, K) for K layers (then averaged)::
 
-Signal ``attention_stats`` = **concentration** kappa (not entropy), (B, T) or (B, T, K) for K layers (then
-averaged over K)::
+    kappa_t = 1 - (1 / |L|) sum_{l in L} Hbar_l(t)    Hbar_l(t) = head-mean entropy of layer l's attention row
+                                                       that predicts token t, over log(#keys)  (in [0, 1])
+    g_t     = eta_min + (eta_max - eta_min) * sigmoid(a * kappa_t + b)          (the attention gate)
+    s       = clip(1 - sum (G1_k - V_k)^2 / sum (G1_k - mean G1)^2, 0, 1)      (the critic's skill, over the batch)
+    eta_t   = 1 - s * (1 - g_t)        (skill_scaled=True; False: eta_t = g_t)
 
-    kappa_t = 1 - (1 / |L|) sum_{l in L} Hbar_l(t),   Hbar_l(t) = head-mean entropy of layer l's causal attention
-                                                       row that predicts token t, divided by log(#keys)  (in [0, 1])
-
-The trainer's ``attention_stats`` provider (``creditgym.agents.signals``) computes kappa from the behaviour
-pass over the decoder layers ``cfg.layers`` (a parameter the module declares for that signal). Gate, over the
-policy tokens of the batch (detached)::
-
-    z_t   = (kappa_t - mean kappa) / sqrt(var kappa + 1e-8)          (batch statistics, unbiased var)
-    eta_t = eta_min + (eta_max - eta_min) * sigmoid(a * z_t + b)
-
-Comp-GAE over each row's policy tokens k = 0..K-1 (prompt, env tokens and padding skipped, as `credit.gae`),
+``G1`` is the Monte-Carlo return (the trace with every eta = 1): with a critic that explains none of it (s = 0)
+the trace carries the whole return to every token (GAE with lambda = 1), and the gate takes effect as the critic
+learns. Comp-GAE over each row's policy tokens k = 0..K-1 (other tokens skipped, as `creditgym.credit.gae`),
 ``V_k = values[b, t_k]`` (the value *before* token t_k), ``V_K = 0``::
 
     delta_k = r_k + gamma V_{k+1} - V_k
-    A_k     = delta_k + gamma eta_{k+1} A_{k+1},   A_K = 0     (kernel gamma^l prod_{j=k+1}^{k+l} eta_j)
-    G_k     = A_k + V_k = r_k + gamma [(1 - eta_{k+1}) V_{k+1} + eta_{k+1} G_{k+1}]      (value targets)
+    A_k     = delta_k + gamma eta_{k+1} A_{k+1},   A_K = 0
+    G_k     = A_k + V_k                                          (value targets: the gated returns)
 
-then optionally whitened over the batch's policy tokens (as ``gae``). ``eta == lam`` constant gives GAE(gamma,
-lam). Prior: ``a > 0`` (focused, retrieval-like tokens pass credit through; diffuse tokens fall back on the
-critic); the sign of ``a`` is a hyperparameter to sweep.
+then optionally whitened over the batch's policy tokens. ``eta == lam`` constant (``eta_min = eta_max = lam``,
+``skill_scaled=False``) gives GAE(gamma, lam). Controls (``gate``): ``"shuffled"``, ``"position"``. The critic
+(``critic``): ``"tac"`` or ``"standard"`` (`creditgym.agents.providers.critics`). Non-finite kappa: the batch's mean
+kappa; non-finite value: ``eta = 1``, advantage 0.
 
-Gate defaults (``eta_min=0.5, eta_max=1, a=4.4, b=3.4``), from a measurement: kappa over layers (-2, -1) of
-the bundled tiny model on the chains (``creditgym/Math-v0``, ``difficulty=6``, 160 tokens; the probe's batch,
-32 responses, 2175 policy tokens) is right-skewed: quantiles 5/25/50/75/95% = 0.10/0.15/0.25/0.43/0.66, so z
-has quantiles -1.10/-0.83/-0.28/0.73/2.05. ``a, b`` put the median token at sigmoid 0.9 (eta 0.95) and the 5th
-percentile at sigmoid 0.2 (eta 0.6): most tokens pass credit on, the most diffuse quarter (eta < 0.72) falls
-back on the critic. On that batch eta has mean 0.864, sd 0.154, range [0.53, 1.00], within-response sd 0.153;
-the old defaults (0.9, 1, a=1, b=0) gave mean 0.949, sd 0.021, range [0.92, 0.997], i.e. GAE(0.95) in all but
-name. Reproduce: ``examples/results/probe/chains-compo-after/calibrate_gate.py``. Metrics
-``credit/compo/eta_mean``, ``eta_sd``, ``eta_min``, ``eta_max`` log the gate's spread every step.
-
-Controls (``gate``): ``"shuffled"`` permutes the attention gate values among each row's policy tokens (a
-generator seeded from ``(seed, batch.step)``: same multiset per row, order destroyed); ``"position"`` replaces
-kappa by the token's relative position among its row's policy tokens, ``k / (K - 1)`` (0 for a one-token row),
-then the same z-score and squashing. Alternative position control (not implemented): the batch-mean attention
-gate per relative-position bin. Gate-matched GAE (what the paper's "a constant gate recovers GAE" implies):
-GAE at the gate's own mean, ``gae:lam=<credit/compo/eta_mean>`` (0.864 measured above; about 0.86), and, with
-the same critic, ``compo:eta_min=0.86,eta_max=0.86`` (a constant gate is exactly GAE at that lambda): a
-difference from ``compo`` is then the gate's, not lambda's or the critic's.
-
-The critic (``critic``, the parameter of the ``values`` signal; ``creditgym.agents.critics``): ``"tac"``, the
-transport-aligned critic, an MLP over ``[sg(h^L); sg(h^{l_m}); kappa; the attention concentration of every
-layer]`` fitted by MSE to ``returns`` = G, computed with the same gates (so it is fitted to the gated returns,
-not to R); ``"standard"``, a linear value head on ``sg(h^L)`` fitted the same way (the paper's weaker
-ablation, what ``gae`` uses).
-
-Non-finite signals: a policy token with a non-finite kappa gets ``z = 0``; one with a non-finite value gets
-``eta = 1`` (the trace passes through it, so no neighbour bootstraps from that value) and advantage 0. Both are
-counted in ``credit/compo/nonfinite_signal_tokens``.
+Shapes: (B, T) in and out. Defaults (``CompPOConfig``): gamma=1, eta_min=0.5, eta_max=1, a=25, b=-3.9,
+skill_scaled, layers=(-2, -1), critic="tac". How the gate was calibrated: docs/credit/compo.md.
 """
 
 from __future__ import annotations
@@ -76,6 +46,7 @@ __all__ = [
     "comp_gae_advantages",
     "compo",
     "compo_gate",
+    "critic_skill",
 ]
 
 GATES = ("attention", "shuffled", "position")
@@ -90,13 +61,16 @@ class CompPOConfig:
         gamma: discount per policy token, in [0, 1].
         eta_min: lower gate bound, in ``[0, eta_max]``.
         eta_max: upper gate bound, in ``[eta_min, 1]``.
-        a: slope of the gate in the z-scored concentration (sign: a hyperparameter; > 0 = focused tokens carry).
+        a: slope of the gate in the concentration kappa (sign: a hyperparameter; > 0 = focused tokens carry).
         b: offset of the gate. The defaults of ``eta_min, eta_max, a, b`` come from kappa's measured
-            distribution on the chains (module docstring, "Gate defaults").
+            distribution on the chains (docs/credit/compo.md, Calibration).
+        skill_scaled: scale the gate's leak ``1 - g`` by the critic's skill ``s`` on the batch (module
+            docstring), so that a critic that explains nothing of the return gets lambda = 1; False: the gate as
+            is (a constant gate is then GAE at that lambda exactly).
         gate: ``"attention"`` (the method), ``"shuffled"`` or ``"position"`` (the controls; module docstring).
         layers: the decoder layers (0-based, negative from the end) whose attention rows give kappa: the
             parameter of the ``attention_stats`` signal, and the TAC's ``kappa`` feature.
-        critic: ``"tac"`` (the transport-aligned critic, ``creditgym.agents.critics``) or ``"standard"`` (a
+        critic: ``"tac"`` (the transport-aligned critic, ``creditgym.agents.providers.critics``) or ``"standard"`` (a
             linear value head on the last hidden state, the paper's weaker ablation): the parameter of the
             ``values`` signal.
         whiten: whiten the advantages over all policy tokens of the batch.
@@ -106,8 +80,9 @@ class CompPOConfig:
     gamma: float = 1.0
     eta_min: float = 0.5
     eta_max: float = 1.0
-    a: float = 4.4
-    b: float = 3.4
+    a: float = 25.0
+    b: float = -3.9
+    skill_scaled: bool = True
     gate: Literal["attention", "shuffled", "position"] = "attention"
     layers: tuple[int, ...] = (-2, -1)
     critic: Literal["tac", "standard"] = "tac"
@@ -136,15 +111,11 @@ class CompPOConfig:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in self.layers)
         ):
             raise ValueError(f"CompPOConfig.layers: expected a non-empty tuple of ints, got {self.layers!r}")
-        if not isinstance(self.whiten, bool):
-            raise TypeError(f"CompPOConfig.whiten: expected a bool, got {self.whiten!r}")
+        for name in ("whiten", "skill_scaled"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"CompPOConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"CompPOConfig.seed: expected an int >= 0, got {self.seed!r}")
-
-
-def _zscore(x: Tensor, mask: Tensor) -> Tensor:
-    """``(x - mean) / sqrt(var + 1e-8)`` over ``mask`` (unbiased var); 0 off the mask."""
-    return masked_whiten(x, mask)
 
 
 def _shuffle_rows(x: Tensor, mask: Tensor, seed: int) -> Tensor:
@@ -159,27 +130,57 @@ def _shuffle_rows(x: Tensor, mask: Tensor, seed: int) -> Tensor:
     return x.scatter(1, in_order, x.gather(1, perm))
 
 
+def _moments(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and population sd of ``x`` over ``mask`` (0 and 0 when empty)."""
+    n = mask.sum().clamp(min=1)
+    mean = torch.where(mask, x, 0.0).sum() / n
+    return mean, (torch.where(mask, x - mean, 0.0).square().sum() / n).sqrt()
+
+
 def compo_gate(kappa: Tensor, mask: Tensor, step: int, cfg: CompPOConfig) -> Tensor:
-    """The retention gate eta (B, T) in ``[eta_min, eta_max]`` on ``mask`` (module docstring), 1 elsewhere.
+    """The attention gate g (B, T) in ``[eta_min, eta_max]`` on ``mask`` (module docstring), 1 elsewhere.
+
+    A function of each token's own kappa (no batch statistic), so a constant kappa gives a constant gate and
+    ``|g_t - g_t'| <= (eta_max - eta_min) |a| / 4 * |kappa_t - kappa_t'|``.
 
     Args:
-        kappa: (B, T) concentration; read only where ``mask`` and finite.
+        kappa: (B, T) concentration; read only where ``mask`` and finite (elsewhere: the batch's mean kappa).
         mask: (B, T) bool, policy tokens.
         step: optimizer step (seeds the shuffled control).
         cfg: see `CompPOConfig`.
     """
-    if cfg.gate == "position":
+    valid = mask & torch.isfinite(kappa)
+    mean, sd = _moments(torch.where(valid, kappa, 0.0), valid)
+    x = torch.where(valid, kappa, mean)
+    if cfg.gate == "position":  # the relative position, with the batch's kappa mean and sd
         idx = mask.cumsum(1) - 1  # (B, T) index among the row's policy tokens
         n = mask.sum(1, keepdim=True)
-        x = (idx / (n - 1).clamp(min=1)).to(kappa.dtype)
-        z = _zscore(x, mask)
-    else:
-        valid = mask & torch.isfinite(kappa)
-        z = _zscore(torch.where(valid, kappa, 0.0), valid)
-    eta = cfg.eta_min + (cfg.eta_max - cfg.eta_min) * torch.sigmoid(cfg.a * z + cfg.b)
+        pos = (idx / (n - 1).clamp(min=1)).to(kappa.dtype)
+        pos_mean, pos_sd = _moments(pos, mask)
+        x = mean + sd * (pos - pos_mean) / pos_sd.clamp(min=1e-12)
+    eta = cfg.eta_min + (cfg.eta_max - cfg.eta_min) * torch.sigmoid(cfg.a * x + cfg.b)
     if cfg.gate == "shuffled":
         eta = _shuffle_rows(eta, mask, seed=(cfg.seed << 32) + step)
     return torch.where(mask, eta, 1.0)
+
+
+def critic_skill(rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float) -> float:
+    """``s = clip(1 - sum (G1 - V)^2 / sum (G1 - mean G1)^2, 0, 1)`` over ``mask``: the share of the Monte-Carlo
+    returns' variance the critic explains (0 when the returns are all equal).
+
+    Args:
+        rewards: (B, T) float, 0 off the mask.
+        values: (B, T) float, ``V(s_t)``; read only on the mask.
+        mask: (B, T) bool, the policy tokens with a finite value.
+        gamma: discount per policy token.
+    """
+    V = torch.where(mask, values, 0.0)
+    G1 = comp_gae_advantages(rewards, V, torch.ones_like(V), mask, gamma=gamma) + V  # (B, T)
+    _, sd = _moments(G1, mask)
+    if not sd > 0:
+        return 0.0
+    mse = torch.where(mask, G1 - V, 0.0).square().sum() / mask.sum()
+    return float((1 - mse / sd.square()).clamp(0.0, 1.0))
 
 
 def comp_gae_advantages(
@@ -233,7 +234,8 @@ def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
     Returns:
         advantages (B, T) (whitened when ``cfg.whiten``), returns (B, T) = unwhitened advantages + values, both 0
         off the policy mask; metrics ``credit/compo/*`` (``eta_mean/sd/min/max``: the gate's spread,
-        ``kappa_mean/std``, ``value_mean``, ``return_mean``, ``explained_var``, ``nonfinite_signal_tokens``).
+        ``critic_skill`` (``s``; 1 when not ``skill_scaled``), ``kappa_mean/std``, ``value_mean``,
+        ``return_mean``, ``explained_var``, ``nonfinite_signal_tokens``).
     """
     stats = require(batch, "attention_stats", module="credit module 'compo'")
     values = require(batch, "values", module="credit module 'compo'")
@@ -250,9 +252,11 @@ def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
     k_ok = mask & torch.isfinite(kappa)
     V = torch.where(v_ok, V, 0.0)
 
-    eta = compo_gate(kappa, mask, batch.step, cfg)  # (B, T)
+    rewards = batch.token_rewards.to(dtype)
+    skill = critic_skill(rewards, V, v_ok, gamma=cfg.gamma) if cfg.skill_scaled else 1.0
+    eta = 1 - skill * (1 - compo_gate(kappa, mask, batch.step, cfg))  # (B, T)
     eta = torch.where(v_ok, eta, 1.0)  # never bootstrap from a non-finite value
-    A = comp_gae_advantages(batch.token_rewards.to(dtype), V, eta, mask, gamma=cfg.gamma)  # (B, T)
+    A = comp_gae_advantages(rewards, V, eta, mask, gamma=cfg.gamma)  # (B, T)
     returns = torch.where(mask, A + V, 0.0)
     A = torch.where(v_ok, A, 0.0)
     advantages = masked_whiten(A, v_ok) if cfg.whiten else A
@@ -269,6 +273,7 @@ def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:
         "credit/compo/eta_sd": e.std(correction=0).item() if e.numel() else 0.0,
         "credit/compo/eta_min": e.min().item() if e.numel() else 1.0,
         "credit/compo/eta_max": e.max().item() if e.numel() else 1.0,
+        "credit/compo/critic_skill": skill,
         "credit/compo/kappa_mean": kv.mean().item() if kv.numel() else 0.0,
         "credit/compo/kappa_std": kv.std(correction=0).item() if kv.numel() else 0.0,
         "credit/compo/value_mean": (V.sum() / n).item(),

@@ -1,64 +1,29 @@
 """CoRT: counterfactual replay -> bounded token weights for rubric GRPO (arXiv 2607.25659).
 
-Each response is replayed teacher-forced under a matched criteria-free prompt. The log-prob contrast says how much
-a token depends on the rubric; it becomes a bounded, per-response-normalised weight that redistributes the signed
-GRPO advantage over the response's tokens (the response-level reward is unchanged).
-
-Signal (paper): ``delta[i, t] = l+[i, t] - l-[i, t]`` with ``l+ = old_logprobs`` (the rollout prompt, rubric
-included) and ``l- = counterfactual_logprobs`` (the criteria-free prompt). Weight map and schedule (ours: the
-paper's exact map was not recoverable from arXiv 2607.25659, whose abstract fixes only the signal, the
-response normalisation and the ramp), per response i over its T_i policy tokens::
+Each response is replayed teacher-forced under a matched criteria-free prompt; the log-prob contrast
+``delta[i, t] = old_logprobs - counterfactual_logprobs`` (the paper's signal) becomes a bounded, per-response
+normalised weight that redistributes the signed GRPO advantage over the response's tokens. The weight map and
+schedule are ours (the paper's abstract fixes only the signal, the normalisation and the ramp); per response i
+over its T_i policy tokens::
 
     d[i, t]  = delta[i, t]                               (sign_aware: max(delta[i, t], 0))
-    d[i, t]  = (d[i, t] - mean_t d[i, :]) / sd_t d[i, :]  (standardize=True, the default: population sd
-                                                           over the response; sd 0 gives d = 0)
+    d[i, t]  = (d[i, t] - mean_t d[i, :]) / sqrt(sd_t d[i, :]^2 + s0^2)   (standardize=True: population sd;
+                                                          s0 = sd_floor nats, the noise floor)
     z[i, t]  = clip(d[i, t], -c, c) / tau                 (c in nats, or in sds when standardised)
     w[i, t]  = clip(s_i * exp(z[i, t]), w_min, w_max)     (normalize=True: s_i > 0 the one scale at which
                                                            mean_t w[i, :] = 1: `project_weights`)
-    w[i, t]  = clip(T_i * softmax_t(z[i, :]), w_min, w_max)   (normalize=False: the paper's ablation; its
-                                                           mean weight drifts, to ~1.04 in the paper)
+    w[i, t]  = clip(T_i * softmax_t(z[i, :]), w_min, w_max)   (normalize=False: the paper's ablation)
     alpha_k  = smoothstep((k - k0) / (k1 - k0)),  smoothstep(x) = 3 x^2 - 2 x^3 on x clipped to [0, 1],
                k = batch.step, k0 = ramp_start * K, k1 = ramp_end * K, K = batch.total_steps
     A[i, t]  = A_i * (1 + alpha_k * (w[i, t] - 1))       A_i = the GRPO advantage (`creditgym.credit.grpo`)
 
-When no bound binds, ``w = T_i * softmax(z)`` (the reference's formalisation); when one does, ``w`` is the
-exact clip-and-rescale onto {mean 1, every weight in [w_min, w_max]}: the unclipped weights keep their ratios
-``exp(z_t - z_t')``. Before issue 13 the clipped softmax was renormalised once, which let weights out of the
-bounds (measured up to 5.8 with w_max = 4, and down to 0.22 with w_min = 0.25, on the hard rubric).
+Properties: w > 0, so every token keeps the sign of A_i; with ``normalize`` the weights lie in ``[w_min, w_max]``
+with mean 1 per response, so ``sum_t A[i, t] = T_i * A_i``; with alpha = 0 the result is GRPO exactly. Tokens with
+a non-finite contrast get the neutral weight 1 (counted in ``credit/cort/nonfinite_signal_tokens``).
 
-Properties: w > 0, so every token keeps the sign of A_i; with ``normalize`` the weights lie in ``[w_min,
-w_max]`` and have mean 1 per response, so ``sum_t A[i, t] = T_i * A_i`` (the GRPO total is kept); with alpha =
-0 the result is GRPO exactly. The ramp is the same thing as mixing the weights with uniform ones. Multi-turn
-rows: the weights are normalised over all the policy tokens of the row (the response), turns included.
-
-Calibration (``examples/results/probe/hard-cort-calibration``: the hard rubric's probe batch, bundled model,
-32 responses, 2961 policy tokens). The raw contrast is large: mean 2.54 nats, sd 3.10 (2.96 within a
-response), max 14.0. With the raw delta and tau = 1 the softmax is near one-hot: the 5th, 50th and 95th
-percentiles of the weights are 0.25, 0.25 and 3.40 (0.22, 0.23, 3.47 before issue 13), 9% of them lie in [0.5,
-2]. Standardised, tau = 2.25 spreads them over [0.60, 2.32] (5th to 95th percentile), 91% in [0.5, 2], hence
-the default; tau = 2 gives [0.55, 2.53], tau = 2.5 [0.63, 2.16]. With ``standardize=False`` the same tau acts
-on nats, so the raw map needs a tau of about 4 for a similar spread ([0.50, 1.92]).
-
-Where the weight goes: 19.1% of those tokens lie inside the verdict's spans (``criterion_spans``: the rubric
-checks' evidence), but they get less than their share of the weight under every map measured: 13.7% before
-issue 13, 16.4% with the defaults. On the bundled model the rubric raises the log-prob of restated instruction
-words and glue tokens more than that of the tokens the criteria check (mean delta 1.59 nats inside the spans,
-2.76 outside; the top-20 delta tokens are word pieces like " ma", " M", " better", " and"). Standardising only
-flattens the weights towards uniform; it does not steer them onto the criterion tokens.
-
-Probe (README, "CoRT's weights, measured"; ``examples/results/probe/hard-cort-after``): against the old map the
-defaults raise the pooled Pearson with A* by +0.028 [+0.007, +0.052] and the decisive-token share by +0.012
-[+0.002, +0.021], but GRPO's uniform weights score at least as well and no map's within-response Spearman
-differs from 0: on this model the weights carry no token-level credit the probe can see.
-
-Non-finite contrasts (e.g. a ``-inf`` counterfactual log-prob): such tokens are left out of the
-standardisation, the projection and the normalisation, get the neutral weight 1 (their advantage is ``A_i``),
-and are counted in ``credit/cort/nonfinite_signal_tokens``.
-
-Alternatives (not implemented, name them when comparing): a temperature-free rank map; a robust (median / MAD)
-standardisation; per-criterion replays (the paper removes the criteria jointly); zeroing negative contrasts
-only in the ramp; the Euclidean projection (a shift of the weights instead of a scale, which ties every
-clipped-low token at one value).
+Shapes: every input and output (B, T). Defaults (``CoRTConfig``): delta_clip=5, tau=2.25, w_min=0.25, w_max=4,
+ramp 0.05-0.3 of the run, normalize and standardize on, sd_floor=0.5. How tau was calibrated, where the weight
+lands (the ``criterion_spans`` signal) and the probe's verdict: docs/credit/cort.md.
 """
 
 from __future__ import annotations
@@ -101,7 +66,7 @@ class CoRTConfig:
         grpo: how the response advantage ``A_i`` is computed (see `GRPOConfig`).
         delta_clip: ``c > 0``, the contrast (nats; standardised: sds) is clipped to ``[-c, c]``.
         tau: softmax temperature, ``> 0``; the default 2.25 spreads the standardised weights over about
-            [0.5, 2] on the hard rubric (module docstring, Calibration).
+            [0.5, 2] on the hard rubric (docs/credit/cort.md, Calibration).
         w_min: lower weight bound, in ``(0, 1]``.
         w_max: upper weight bound, ``>= 1``.
         ramp_start: ``k0 / K``, the fraction of training at which the weights start to switch on, in [0, 1].
@@ -110,7 +75,10 @@ class CoRTConfig:
             per-response normalisation" ablation).
         sign_aware: use ``max(delta, 0)`` (only reward rubric dependence; an ablation).
         standardize: standardise the contrast within each response (mean 0, sd 1) before ``clip`` and ``tau``
-            (False: the raw contrast in nats, as before issue 13).
+            (False: the raw contrast in nats, the map before the calibration).
+        sd_floor: the noise floor of the standardisation, ``s0 >= 0`` nats: the contrast is divided by
+            ``sqrt(sd^2 + s0^2)``, so a response whose contrasts vary by much less than ``s0`` (noise) gets
+            near-uniform weights, and one that varies by much more is standardised as before; 0: plain sd.
     """
 
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -123,6 +91,7 @@ class CoRTConfig:
     normalize: bool = True
     sign_aware: bool = False
     standardize: bool = True
+    sd_floor: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.grpo, GRPOConfig):
@@ -130,7 +99,7 @@ class CoRTConfig:
         for name in ("normalize", "sign_aware", "standardize"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"CoRTConfig.{name}: expected a bool, got {getattr(self, name)!r}")
-        for name in ("delta_clip", "tau", "w_min", "w_max", "ramp_start", "ramp_end"):
+        for name in ("delta_clip", "tau", "w_min", "w_max", "ramp_start", "ramp_end", "sd_floor"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise TypeError(f"CoRTConfig.{name}: expected a float, got {v!r}")
@@ -138,6 +107,10 @@ class CoRTConfig:
             raise ValueError(
                 f"CoRTConfig: expected delta_clip > 0 and tau > 0, got delta_clip={self.delta_clip!r}, "
                 f"tau={self.tau!r}"
+            )
+        if not 0 <= self.sd_floor < float("inf"):
+            raise ValueError(
+                f"CoRTConfig.sd_floor: expected a finite float >= 0 (nats), got {self.sd_floor!r}"
             )
         if not 0 < self.w_min <= 1 <= self.w_max < float("inf"):
             raise ValueError(
@@ -174,7 +147,9 @@ def cort_logits(delta: Tensor, valid: Tensor, cfg: CoRTConfig) -> Tensor:
     if cfg.standardize:
         n = valid.sum(-1, keepdim=True).clamp(min=1)  # (B, 1) T_i
         mu = d.sum(-1, keepdim=True) / n
-        sd = (torch.where(valid, d - mu, 0.0).square().sum(-1, keepdim=True) / n).sqrt()
+        var = torch.where(valid, d - mu, 0.0).square().sum(-1, keepdim=True) / n
+        # the noise floor: a response whose contrasts vary far less than sd_floor standardises to near 0
+        sd = (var + cfg.sd_floor**2).sqrt()
         d = torch.where(valid, (d - mu) / sd.clamp(min=_SD_FLOOR), 0.0)  # sd 0 (a constant row): all 0
     return torch.where(valid, d.clamp(-cfg.delta_clip, cfg.delta_clip) / cfg.tau, 0.0)
 

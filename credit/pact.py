@@ -1,68 +1,60 @@
 """PACT: unique token credit and policy-aligned critic training (arXiv 2609.26355, "From Credit Assignment to
-Critic Alignment"; code github.com/AllSpark-Research/PACT). Exact formulas from the full text: Theorem 1 (token
-credit), section 4 (the BCE critic and the IS-corrected target) and Algorithm 1 (actor, then critic).
+Critic Alignment"; Theorem 1, section 4 and Algorithm 1 of the full text).
 
-Token credit (Theorem 1): the unique credit satisfying completeness, prefix consistency and neutrality is the
-martingale difference ``C_t = V(next prefix) - V(prefix)``; it telescopes to ``R - V(first prefix)``. With
-GAE(gamma = 1, lambda = 1) the actor's advantage is the Monte-Carlo credit-to-go, which carries only the
-prefix-value error (lambda < 1 lets intermediate critic errors swamp the sparse credit: PPO lambda=0.95 collapsed
-to 26.3 avg vs 59.7 with lambda=1). Over each row's policy tokens (env tokens skipped), with ``R`` the row's
-outcome reward normalised to [0, 1] and ``V_t = values[b, t]`` (the value *before* token t, see `CreditBatch`)::
+Token credit (Theorem 1): the martingale difference ``C_t = V(next prefix) - V(prefix)``, which telescopes to
+``R - V(first prefix)``; the actor's advantage is GAE(1, 1), the Monte-Carlo credit-to-go. Over each row's policy
+tokens (env tokens skipped), ``V_t = values[b, t]`` (the value *before* token t, a sigmoid critic's probability)::
 
-    R             = (sum_t token_rewards[b, t] - lo) / (hi - lo)      (reward_range = (lo, hi), default (0, 1))
+    R             = (sum_t token_rewards[b, t] - lo) / (hi - lo)      (reward_range = (lo, hi))
     A_t           = R - V_t                                           (advantages; lambda = 1)
-    token_credit  = C_t = V_{next policy token} - V_t,  C_last = R - V_last,   sum_t C_t = R - V_first
-    returns_t     = R                                                 (critic targets without the IS correction)
+    credit        = C_t = V_{next policy token} - V_t,  C_last = R - V_last,   sum_t C_t = R - V_first
+    returns_t     = R                                                 (critic targets without IS)
 
-The critic (for the trainer): a **sigmoid** critic, the value head outputs logits z and ``V = sigmoid(z)``;
-``batch.values`` must hold the probabilities ``sigmoid(z)``, and the critic is trained with soft BCE on the
-logits: ``creditgym.agents.loss.value_loss(z, targets, mask, kind="bce")``. BCE has the conditional mean as its
-minimiser, like MSE, and stays well-defined for targets outside [0, 1] (the IS targets ``rho R``). The paper's
-critic is **a critic model** (``critic="model"``, default; ``creditgym.agents.critic_model``): a separate LM (a
-copy of the actor's initial weights, or ``critic_model``) with a linear value head, its own AdamW at
-``critic_lr_ratio x`` the actor's learning rate (the paper: 5e-6 vs 1e-6), fitted only in the critic phase.
-``critic="probe"`` is the cheap ablation: a linear head on the actor's detached hidden state. The fields
-``critic``, ``critic_lr_ratio`` and ``critic_model`` parameterise the ``values`` provider; `pact` itself does not
-read them.
-
-Actor-then-critic with the IS correction (Algorithm 1): the trainer first updates the actor on ``A_t``, then runs
-one extra no-grad pass of the **updated** actor over the same rollouts to get ``updated_logprobs`` (this module's
-``critic_signals``), then fits the critic on `pact_targets` (registered as ``critic_targets``)::
+Actor, then critic (Algorithm 1): after the actor update, the ``critic_model`` provider's ``update`` scores the
+sampled tokens under the updated actor (``updated_logprobs``) and fits the critic with soft BCE on
+`pact_critic_targets`::
 
     rho_t = exp(updated_logprobs_t - old_logprobs_t)   (detached)
-    Y_t   = rho_t R,    m_t = 1{rho_min <= rho_t <= rho_max} = 1{0 <= rho_t <= 6}
-    L     = sum_t m_t BCE(V(prefix_t), Y_t) / sum_t m_t
+    m_t   = 1{rho_min <= rho_t <= rho_max}
+    L     = sum_t m_t rho_t BCE(V(prefix_t), R) / sum_t m_t      (rho_in="weight")
+    L     = sum_t m_t BCE(V(prefix_t), rho_t R) / sum_t m_t      (rho_in="target": the paper's form)
 
-``without_is=True`` (the "PACT without IS" ablation): ``Y_t = R`` on every policy token, no IS mask.
-``rho`` departs from 1 by however far the actor moved in its ``epochs x minibatches`` updates of the step;
-`rho_metrics` gives its spread (logged by the critic provider as ``credit/pact/rho_*``).
+Both have the minimiser ``E[rho R | prefix]`` (``E[rho | prefix] = 1`` under the behaviour policy); the weighted
+form is >= 0, the paper's has no minimum where ``rho R > 1``. ``without_is=True``: target ``R``, weight 1, no
+mask. The critic is the paper's critic model (``critic="model"``, `creditgym.agents.providers.critic_model`) or a
+linear probe (``critic="probe"``); those fields parameterise the ``values`` provider. A non-finite value gives that
+token advantage and credit 0 (the chain skips it).
 
-The paper's actor update on math is DIS with the IS range [0.7, 6.0], not PPO clipping: ``--loss dis``
-(``creditgym.agents.loss.dis_loss``), available to every module; PACT's default stays ``--loss ppo`` (the
-paper's choice on code) so that its comparisons with the other modules change one thing at a time.
-
-Non-finite values (the critic diverged on a token): that token's advantage and credit are 0, the credit chain
-skips it (still telescoping over the others), counted in ``credit/pact/nonfinite_signal_tokens``. Tokens with a
-non-finite ``rho`` are left out of the critic mask.
-
-Alternatives (not implemented): the exact multi-step IS target ``prod_{k >= t} rho_k R``; PPO-style critic-first
-order (the critic lags one policy behind); GAE with lambda < 1 (`creditgym.credit.gae`).
+Shapes: (B, T) in and out. Defaults (``PACTConfig``, the paper's): reward_range=(0, 1), rho in [0, 6],
+critic="model", critic_lr_ratio=5; ours: rho_in="weight". Its actor loss is DIS (the paper's on math; registered
+as the module's ``actor_loss``, used when ``--loss`` is not given); details: docs/credit/pact.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
+from creditgym.credit.base import (
+    CreditBatch,
+    CreditOutput,
+    ProvidedBy,
+    advantage_metrics,
+    check_reward_range,
+    register,
+    require,
+)
 from creditgym.credit.grpo import outcome_rewards
 
-__all__ = ["CRITICS", "PACTConfig", "pact", "pact_critic_targets", "pact_targets", "rho_metrics"]
+__all__ = ["CRITICS", "CriticTargets", "PACTConfig", "pact", "pact_critic_targets", "rho_metrics"]
 
 #: ``PACTConfig.critic``: the paper's critic model, or a linear probe on the actor's hidden state.
 CRITICS: tuple[str, ...] = ("model", "probe")
+#: ``PACTConfig.rho_in``: where the IS ratio enters the critic's soft BCE.
+RHO_IN: tuple[str, ...] = ("weight", "target")
 
 
 @dataclass(frozen=True)
@@ -75,8 +67,11 @@ class PACTConfig:
         rho_min: lower end of the critic's IS mask, ``>= 0``.
         rho_max: upper end of the critic's IS mask, ``> rho_min``.
         without_is: critic targets ``R`` with no IS weight or mask (the "PACT without IS" ablation).
+        rho_in: where rho enters the critic's soft BCE: ``"weight"``, ``rho BCE(V, R)`` (bounded below by 0;
+            ours), or ``"target"``, ``BCE(V, rho R)`` (the paper's form, unbounded below where ``rho R > 1``);
+            both have the minimiser ``E[rho R | prefix]``.
         critic: ``"model"``: the paper's critic, a separate LM with a value head (its own weights, initialised
-            from ``critic_model`` or from the actor, its own optimizer; ``creditgym.agents.critic_model``);
+            from ``critic_model`` or from the actor, its own optimizer; ``creditgym.agents.providers.critic_model``);
             ``"probe"``: a linear value head on the actor's detached hidden state (cheap; ``TrainConfig.critic_lr``).
         critic_lr_ratio: the critic model's learning rate over the actor's (``TrainConfig.lr``); the paper's 5
             (critic 5e-6, actor 1e-6).
@@ -88,21 +83,13 @@ class PACTConfig:
     rho_min: float = 0.0
     rho_max: float = 6.0
     without_is: bool = False
+    rho_in: Literal["weight", "target"] = "weight"
     critic: str = "model"
     critic_lr_ratio: float = 5.0
     critic_model: str | None = None
 
     def __post_init__(self) -> None:
-        rr = self.reward_range
-        if not (
-            isinstance(rr, tuple)
-            and len(rr) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rr)
-            and -float("inf") < rr[0] < rr[1] < float("inf")
-        ):
-            raise ValueError(
-                f"PACTConfig.reward_range: expected a tuple (lo, hi) of floats with lo < hi, got {rr!r}"
-            )
+        check_reward_range("PACTConfig.reward_range", self.reward_range)
         for name in ("rho_min", "rho_max"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -113,6 +100,8 @@ class PACTConfig:
             )
         if not isinstance(self.without_is, bool):
             raise TypeError(f"PACTConfig.without_is: expected a bool, got {self.without_is!r}")
+        if self.rho_in not in RHO_IN:
+            raise ValueError(f"PACTConfig.rho_in: expected one of {RHO_IN}, got {self.rho_in!r}")
         if self.critic not in CRITICS:
             raise ValueError(f"PACTConfig.critic: expected one of {CRITICS}, got {self.critic!r}")
         ratio = self.critic_lr_ratio
@@ -130,11 +119,25 @@ def _normalise(rewards: Tensor, cfg: PACTConfig) -> Tensor:
     return (rewards - lo) / (hi - lo)
 
 
+class CriticTargets(NamedTuple):
+    """What PACT's critic is fitted on, ``sum_t mask weights BCE(V, targets) / sum_t mask``: `pact_critic_targets`.
+
+    Attributes:
+        targets: (B, T) soft BCE targets, 0 where ``mask`` is False.
+        weights: (B, T) per-token loss weights, 0 where ``mask`` is False.
+        mask: (B, T) bool, the tokens the critic is fitted on.
+    """
+
+    targets: Tensor
+    weights: Tensor
+    mask: Tensor
+
+
 @torch.no_grad()
 def pact_critic_targets(
     rewards: Tensor, old_logprobs: Tensor, updated_logprobs: Tensor, policy_mask: Tensor, cfg: PACTConfig
-) -> tuple[Tensor, Tensor]:
-    """PACT's critic targets after the actor update: ``Y_t = rho_t R`` and the IS mask (module docstring).
+) -> CriticTargets:
+    """PACT's critic targets after the actor update: ``R`` weighted by ``rho`` (or ``rho R``), and the IS mask.
 
     Args:
         rewards: (B,) raw outcome rewards (``outcome_rewards(batch)[0]``), normalised here with
@@ -145,25 +148,20 @@ def pact_critic_targets(
         cfg: see `PACTConfig`.
 
     Returns:
-        targets: (B, T) ``rho R`` (``R`` when ``cfg.without_is``), 0 where ``mask`` is False.
-        mask: (B, T) bool, the policy tokens with ``rho_min <= rho <= rho_max`` (a finite rho); all policy tokens
-        when ``cfg.without_is``.
+        `CriticTargets`: with ``cfg.rho_in == "weight"`` targets ``R`` and weights ``rho``; with ``"target"``
+        targets ``rho R`` and weights 1; the mask: the policy tokens with ``rho_min <= rho <= rho_max`` (a finite
+        rho). ``cfg.without_is``: targets ``R``, weights 1, every policy token.
     """
     dtype = torch.promote_types(rewards.dtype, torch.float32)
-    R = _normalise(rewards.to(dtype), cfg)[:, None]  # (B, 1)
+    R = _normalise(rewards.to(dtype), cfg)[:, None].expand(policy_mask.shape)  # (B, T)
     if cfg.without_is:
-        return torch.where(policy_mask, R, 0.0), policy_mask.clone()
+        return CriticTargets(torch.where(policy_mask, R, 0.0), policy_mask.to(dtype), policy_mask.clone())
     rho = (updated_logprobs.to(dtype) - old_logprobs.to(dtype)).exp()  # (B, T)
     mask = policy_mask & torch.isfinite(rho) & (rho >= cfg.rho_min) & (rho <= cfg.rho_max)
-    return torch.where(mask, rho * R, 0.0), mask
-
-
-@torch.no_grad()
-def pact_targets(batch: CreditBatch, cfg: PACTConfig) -> tuple[Tensor, Tensor]:
-    """`pact_critic_targets` read from a batch whose signals hold ``updated_logprobs`` (the critic hook)."""
-    updated = require(batch, "updated_logprobs", module="credit module 'pact' (critic phase)")
-    rewards, _ = outcome_rewards(batch)
-    return pact_critic_targets(rewards, batch.old_logprobs, updated, batch.policy_mask, cfg)
+    rho = torch.where(mask, rho, 0.0)
+    if cfg.rho_in == "target":
+        return CriticTargets(rho * R, mask.to(dtype), mask)
+    return CriticTargets(torch.where(mask, R, 0.0), rho, mask)
 
 
 @torch.no_grad()
@@ -187,14 +185,25 @@ def rho_metrics(
     }
 
 
+#: The fields of `PACTConfig` that its critic's provider takes: the critic, and the IS-corrected targets it fits.
+CRITIC_FIELDS = (
+    "critic",
+    "critic_lr_ratio",
+    "critic_model",
+    "reward_range",
+    "rho_min",
+    "rho_max",
+    "without_is",
+    "rho_in",
+)
+
+
 @register(
     "pact",
     config=PACTConfig,
-    signals={"values": ("critic", "critic_lr_ratio", "critic_model")},
+    signals={"values": ProvidedBy("critic_model", CRITIC_FIELDS)},
     critic=True,
-    critic_signals=("updated_logprobs",),
-    critic_targets=pact_targets,
-    critic_loss="bce",
+    actor_loss="dis",
 )
 @torch.no_grad()
 def pact(batch: CreditBatch, cfg: PACTConfig) -> CreditOutput:
@@ -206,8 +215,9 @@ def pact(batch: CreditBatch, cfg: PACTConfig) -> CreditOutput:
         cfg: see `PACTConfig`.
 
     Returns:
-        advantages (B, T); returns (B, T) = R (the no-IS critic targets; with the IS correction the trainer uses
-        `pact_targets` after the actor update); token_credit (B, T) = ``C_t``; all 0 off the policy mask; metrics
+        advantages (B, T); returns (B, T) = R (the no-IS critic targets; with the IS correction the critic model
+        is fitted on `pact_critic_targets` after the actor update); ``diagnostics["credit"]`` (B, T) = ``C_t``;
+        all 0 off the policy mask; metrics
         ``credit/pact/*`` (``value_mean``, ``return_mean``, ``credit_abs_mean`` (mean ``|C_t|``, the last
         ``R - V_last`` included), ``value_step_abs_mean`` (the paper's sparsity figure, Theorem 4: mean
         ``|V_t - V_{t-1}|`` between consecutive policy tokens), ``explained_var`` (the critic's, of ``R``),
@@ -251,4 +261,4 @@ def pact(batch: CreditBatch, cfg: PACTConfig) -> CreditOutput:
         "credit/pact/reward_out_of_range_frac": float((is_sample & ((R < 0) | (R > 1))).sum()) / n_samples,
         "credit/pact/nonfinite_signal_tokens": float((mask & ~ok).sum()),
     }
-    return CreditOutput(advantages, returns, metrics=metrics, token_credit=token_credit)
+    return CreditOutput(advantages, returns, metrics=metrics, diagnostics={"credit": token_credit})

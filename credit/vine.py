@@ -1,15 +1,16 @@
 """VinePPO: advantages from Monte-Carlo values at step boundaries (Kazemnejad et al., arXiv 2410.01679, Sec. 4).
 
-The response is cut into steps (after each token whose text holds ``delimiter``, a newline by default, or every
-``every`` tokens; a new turn always starts a step). ``V(s)`` of a step boundary is the mean reward of ``K``
-continuations sampled from the prefix that ends there, with the policy being trained; the boundary after the last
-step has ``V = R_i``. Every token of a step gets the step's advantage::
+The response is cut into steps: after each token whose text holds one of ``delimiter`` (by default a newline,
+VinePPO's reasoning steps, ``;``, the chain tasks' links ``a = 34 - 6 = 28;``, and ``.``, a sentence), and after
+``max_step`` tokens without one; or every ``every`` tokens. A new turn always starts a step. ``V(s)`` of a step
+boundary is the mean reward of ``K`` continuations sampled from the prefix that ends there, with the policy being
+trained; the boundary after the last step has ``V = R_i``. Every token of a step gets the step's advantage::
 
     A[i, t] = V(end of the step holding t) - V(start of that step)      (gamma = 1, sparse outcome reward)
 
 so with a boundary at every token, ``A[i, t] = V(t + 1) - V(t)``, the Monte-Carlo ground truth of
 ``creditgym probe``. There is no critic: the values are the ``mc_values`` signal, computed by its provider in
-``creditgym.agents.mc`` (forks of the episode's env, ``k`` continuations per boundary), which needs an env that
+``creditgym.agents.providers.mc`` (forks of the episode's env, ``k`` continuations per boundary), which needs an env that
 forks inside an episode (Math-v0, Rubric-v0). It is the expensive reference the cheap modules are measured
 against: one step costs ``K x (boundaries per response)`` extra rollouts.
 """
@@ -22,10 +23,12 @@ import torch
 
 from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
 
-__all__ = ["NEWLINE", "VineConfig", "vine"]
+__all__ = ["NEWLINE", "STEP_ENDS", "VineConfig", "vine"]
 
-#: What ends a step by default: VinePPO's reasoning steps, one per line.
+#: VinePPO's reasoning steps, one per line.
 NEWLINE = "\n"
+#: What ends a step by default: a line, a link of the chain tasks (``a = 34 - 6 = 28;``), a sentence.
+STEP_ENDS: tuple[str, ...] = (NEWLINE, ";", ".")
 
 
 @dataclass(frozen=True)
@@ -34,36 +37,41 @@ class VineConfig:
 
     Attributes:
         k: continuations sampled per step boundary (VinePPO's K), ``>= 1``.
-        every: a step boundary every ``every`` policy tokens (1 = every token); None = after each token whose
-            text holds ``delimiter`` (VinePPO's reasoning steps).
-        delimiter: with ``every=None``, the text that ends a step: a newline (VinePPO's steps), or e.g. ``";"``
-            for the chain tasks' ``a = ...; b = ...`` (in a study entry: ``vine:delimiter=";"``).
+        every: a step boundary every ``every`` policy tokens (1 = every token); None = steps that end at a
+            delimiter (VinePPO's reasoning steps).
+        delimiter: with ``every=None``, the texts that end a step (a token whose text holds any of them): by
+            default a newline, ``";"`` and ``"."`` (`STEP_ENDS`), which cut the shipped tasks' responses into
+            lines, the chains' links and sentences; one string, e.g. ``";"`` (in a study entry:
+            ``vine:delimiter=";"``), or a list of them.
+        max_step: with ``every=None``, a step also ends after ``max_step`` tokens without a delimiter (a response
+            with none still gets step credit), ``>= 1``; None: no limit.
     """
 
     k: int = 8
     every: int | None = None
-    delimiter: str = NEWLINE
+    delimiter: str | tuple[str, ...] = STEP_ENDS
+    max_step: int | None = 32
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(
                 f"VineConfig.k: expected an int >= 1 (continuations per boundary), got {self.k!r}"
             )
-        if self.every is not None and (
-            isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1
-        ):
+        for name in ("every", "max_step"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"VineConfig.{name}: expected an int >= 1 or None, got {v!r}")
+        ends = (self.delimiter,) if isinstance(self.delimiter, str) else self.delimiter
+        if not isinstance(ends, (tuple, list)) or not ends or not all(isinstance(d, str) and d for d in ends):
             raise ValueError(
-                f"VineConfig.every: expected an int >= 1 (1 = every token) or None (newline steps), got "
-                f"{self.every!r}"
+                f"VineConfig.delimiter: expected a non-empty string (the text that ends a step) or a list of them, "
+                f"got {self.delimiter!r}"
             )
-        if not isinstance(self.delimiter, str) or not self.delimiter:
-            raise ValueError(
-                f"VineConfig.delimiter: expected a non-empty string (the text that ends a step), got "
-                f"{self.delimiter!r}"
-            )
+        if isinstance(self.delimiter, list):  # a JSON list from the command line
+            object.__setattr__(self, "delimiter", tuple(self.delimiter))
 
 
-@register("vine", config=VineConfig, signals={"mc_values": ("k", "every", "delimiter")})
+@register("vine", config=VineConfig, signals={"mc_values": ("k", "every", "delimiter", "max_step")})
 @torch.no_grad()
 def vine(batch: CreditBatch, cfg: VineConfig) -> CreditOutput:
     """The step advantage ``V(step end) - V(step start)`` on every token of the step (module docstring).

@@ -20,8 +20,8 @@ import platform
 import sys
 from collections.abc import Sequence
 
-from creditgym.agents.train_flags import MAPPING_FLAGS as _MAPPING_FIELDS
-from creditgym.agents.train_flags import train_flag as _flag
+from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
+from creditgym.agents.train.flags import train_flag as _flag
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -53,7 +53,7 @@ def _version(dist: str) -> str:
 
 def docker_status(timeout: float = 5.0) -> tuple[bool, str]:
     """Whether a Docker engine answers (``DOCKER_HOST`` or the default socket), and a line saying which."""
-    from creditgym.verifiers._docker import engine_status
+    from creditgym.verifiers.swe.engine import engine_status
 
     return engine_status(timeout)
 
@@ -87,9 +87,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_images(args: argparse.Namespace) -> int:
     """``images build|check|clean``: one line per task; a broken task is reported and the others go on."""
     from creditgym.envs.swe_tasks import SWETask, scan_tasks
-    from creditgym.verifiers.sandbox import SandboxError
-    from creditgym.verifiers.swe_images import check_images, clean_images, ensure_image
-    from creditgym.verifiers.swebench import run_parallel, self_check
+    from creditgym.verifiers.swe.grading import run_parallel, self_check
+    from creditgym.verifiers.swe.images import check_images, clean_images, ensure_image
+    from creditgym.verifiers.swe.sandbox import SandboxError
 
     try:
         tasks, errors = scan_tasks(args.tasks, args.ids)
@@ -134,7 +134,7 @@ def _cmd_images(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from creditgym.agents.evaluate import evaluate, make_agent, write_report
+    from creditgym.agents.eval.evaluate import evaluate, make_agent, write_report
 
     env_kwargs = _key_values(args.env_kw, "--env-kw")
     if args.tasks is not None or args.env == "creditgym/SWEBench-v0":
@@ -161,9 +161,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_tasks(args: argparse.Namespace, env_kwargs: dict[str, object]) -> int:
     """Multi-turn agentic evaluation: one episode per task instance (``--tasks``, default the bundled set)."""
-    from creditgym.agents.evaluate import evaluate_tasks, make_agent
-    from creditgym.agents.ray_jobs import RayError
-    from creditgym.verifiers.swebench import TaskFormatError
+    from creditgym.agents.eval.evaluate import evaluate_tasks, make_agent
+    from creditgym.agents.study.ray_jobs import RayError
+    from creditgym.verifiers.swe.grading import TaskFormatError
 
     try:  # with --ray each node makes the agent; the spec is checked here all the same
         agent = args.agent if args.ray is not None else make_agent(args.agent, base_url=args.base_url)
@@ -217,7 +217,7 @@ def add_train_flags(
     import dataclasses
     import typing
 
-    from creditgym.agents.config import TrainConfig, config_help
+    from creditgym.agents.train.config import TrainConfig, config_help
 
     hints, helps = typing.get_type_hints(TrainConfig), config_help(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
@@ -233,7 +233,7 @@ def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) ->
     """The `TrainConfig` fields given on the command line (flags of `add_train_flags`, --*-kw pairs)."""
     import dataclasses
 
-    from creditgym.agents.config import TrainConfig
+    from creditgym.agents.train.config import TrainConfig
 
     out: dict[str, object] = {}
     for f in dataclasses.fields(TrainConfig):
@@ -249,9 +249,9 @@ def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) ->
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from creditgym.agents.checkpoint import CorruptCheckpointError
-    from creditgym.agents.config import TrainConfig
-    from creditgym.agents.trainer import TrainingDiverged, train
+    from creditgym.agents.train.checkpoint import CorruptCheckpointError
+    from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.trainer import TrainingDiverged, train
 
     try:
         cfg = TrainConfig(**train_overrides(args))  # type: ignore[arg-type]
@@ -279,8 +279,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _runner(args: argparse.Namespace) -> object:
     """Where `compare` sends its runs: Ray tasks with ``--ray``, else ``--workers`` local subprocesses."""
-    from creditgym.agents.compare import default_workers
-    from creditgym.agents.scheduler import LocalRunner
+    from creditgym.agents.study.compare import default_workers
+    from creditgym.agents.study.scheduler import LocalRunner
 
     if args.ray is None:
         return LocalRunner(args.workers or default_workers())
@@ -288,13 +288,13 @@ def _runner(args: argparse.Namespace) -> object:
         raise ValueError(
             "--workers sizes the local pool; with --ray, --run-cpus and --run-gpus size each run"
         )
-    from creditgym.agents.ray_jobs import RayRunner
+    from creditgym.agents.study.ray_jobs import RayRunner
 
     return RayRunner(args.ray, cpus=args.run_cpus, gpus=args.run_gpus, retries=args.ray_retries)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from creditgym.agents.compare import (
+    from creditgym.agents.study.compare import (
         PER_RUN,
         CompareConfig,
         load_config,
@@ -305,7 +305,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         upgrade_results,
         write_report,
     )
-    from creditgym.agents.ray_jobs import RayError
+    from creditgym.agents.study.ray_jobs import RayError
 
     try:
         if args.report_only and args.credit is None:
@@ -337,14 +337,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from creditgym.agents.checkpoint import CorruptCheckpointError
-    from creditgym.agents.compare import split_entries
-    from creditgym.agents.probe import ProbeConfig, run_probe
+    from creditgym.agents.probe.run import ProbeConfig, run_probe
+    from creditgym.agents.study.compare import split_entries
+    from creditgym.agents.train.checkpoint import CorruptCheckpointError
     from creditgym.envs import UnknownEnvError, resolve_env_id
 
     given = {name: getattr(args, name) for name in _PROBE_OPTIONS if getattr(args, name) is not None}
     if args.every is not None:
-        given["every"] = None if args.every == "newline" else _positive_int(args.every, "--every")
+        words = {"steps": None, "newline": None}
+        given["every"] = _probe_value(args.every, "--every", words, int, "an int >= 1, 'steps' or 'newline'")
+        if args.every == "newline":
+            given["delimiter"] = "\n"
+    if args.target is not None:
+        what = "a reliability in (0, 1) (the lower bound K must reach) or 'none' (a fixed K)"
+        given["target"] = _probe_value(args.target, "--target", {"none": None}, float, what)
     if args.env_kw:
         given["env_kwargs"] = _key_values(args.env_kw, "--env-kw")
     try:
@@ -358,31 +364,45 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"creditgym probe: interrupted; {args.out}/probe.json holds the partial run (complete: false)")
         return 130
-    from creditgym.agents.probe_report import probe_markdown
+    from creditgym.agents.probe.report import probe_markdown
 
     print(probe_markdown(result))
     print(f"outputs in {args.out}: probe.json, probe.md, probe.png")
     return 0
 
 
-def _positive_int(raw: str, flag: str) -> int:
+def _probe_value(raw: str, flag: str, words: dict[str, None], kind: type, what: str) -> float | None:
+    """A probe flag's value: one of ``words`` (None), or a ``kind`` number that `ProbeConfig` accepts."""
+    if raw in words:
+        return words[raw]
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise SystemExit(f"creditgym probe: {flag} expects an int >= 1 or 'newline', got {raw!r}")
+        value = None
+    ok = value is not None and (value >= 1 if kind is int else 0.0 < value < 1.0)
+    if not ok:
+        raise SystemExit(f"creditgym probe: {flag} expects {what}, got {raw!r}")
     return value
 
 
 # ProbeConfig fields set from same-named flags when given (None keeps the default)
-_PROBE_OPTIONS = ("model", "prompts", "group", "k", "temperature", "top_p", "max_new_tokens", "max_turns")
-_PROBE_OPTIONS += ("seed", "checkpoint", "device", "rows", "bootstrap", "shown", "reuse")
+_PROBE_OPTIONS = ("model", "prompts", "group", "k", "max_k", "delimiter", "temperature", "top_p")
+_PROBE_OPTIONS += (
+    "max_new_tokens",
+    "max_turns",
+    "seed",
+    "checkpoint",
+    "device",
+    "rows",
+    "bootstrap",
+    "shown",
+    "reuse",
+)
 
 
 def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from creditgym.agents.config import config_help
-    from creditgym.agents.probe import ProbeConfig
+    from creditgym.agents.probe.run import ProbeConfig
+    from creditgym.agents.train.config import config_help
 
     helps = config_help(ProbeConfig)
     pr = sub.add_parser(
@@ -392,18 +412,17 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     pr.add_argument("--env", default=None, help=helps["env_id"].replace("``", ""))
     pr.add_argument("--out", required=True, help="folder for probe.json, probe.md and probe.png")
     pr.add_argument("--credit", default=None, help=helps["credit"] + " A comma list: grpo,cort,vine:every=1")
-    pr.add_argument("--every", default=None, help="probe every N response tokens, or 'newline' (default: 1)")
+    every = "probe every N response tokens, 'steps' (after each token holding --delimiter) or 'newline'"
+    pr.add_argument("--every", default=None, help=f"{every} (default: steps)")
+    target = helps["target"].replace("``", "")
+    pr.add_argument(
+        "--target", default=None, help=f"{target} 'none': a fixed K (default: {ProbeConfig.target})"
+    )
     pr.add_argument(
         "--env-kw", action="append", metavar="KEY=VALUE", help="env constructor kwarg (JSON value)"
     )
-    types = {
-        "model": str,
-        "checkpoint": str,
-        "device": str,
-        "temperature": float,
-        "top_p": float,
-        "reuse": str,
-    }
+    types: dict[str, type] = dict.fromkeys(("model", "checkpoint", "device", "reuse", "delimiter"), str)
+    types.update(temperature=float, top_p=float)
     for name in _PROBE_OPTIONS:
         default = ProbeConfig.__dataclass_fields__[name].default
         text = helps[name].replace("``", "").replace("%", "%%")
@@ -471,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     im.set_defaults(func=_cmd_images)
 
-    from creditgym.agents.config import TrainConfig
+    from creditgym.agents.train.config import TrainConfig
 
     fields = TrainConfig.__dataclass_fields__
     tr = sub.add_parser("train", help="train a policy with a credit module on an env")
@@ -546,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="--ray: times a run whose worker or node died is started again (default: %(default)s)",
     )
-    from creditgym.agents.compare import PER_RUN
+    from creditgym.agents.study.compare import PER_RUN
 
     add_train_flags(cmp, exclude=PER_RUN)  # every train knob but the run's own module and seed
     cmp.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="extra env kwarg (JSON value)")

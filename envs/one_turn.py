@@ -66,6 +66,14 @@ class OneTurnEnv(TokenEnv, Generic[TaskT]):
         return render_prompt(self.tokenizer, content, system_prompt=self.system_prompt)
 
     @property
+    def messages(self) -> list[dict[str, str]]:
+        """The current prompt as chat messages (what a chat endpoint is sent); [] before the first ``reset``."""
+        if self.task is None:
+            return []
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*system, {"role": "user", "content": self.prompt_text(self.task)}]
+
+    @property
     def has_counterfactual(self) -> bool:
         """Whether the counterfactual prompt differs from the prompt (see `CounterfactualPrompt`)."""
         return True

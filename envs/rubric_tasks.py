@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from creditgym.envs.tasks import TaskList, TaskSource, read_jsonl, split_of
-from creditgym.verifiers._rubric_local import FIRST_SENTENCE_KEYWORD
 from creditgym.verifiers.rubric import Criterion
+from creditgym.verifiers.rubric.local import FIRST_SENTENCE_KEYWORD
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from creditgym.envs.tasks import split_of
 from creditgym.envs.tokenizer import BUNDLED, render_chat, resolve_tokenizer
 
 if TYPE_CHECKING:
-    from creditgym.verifiers.docker_sandbox import DockerSandbox
-    from creditgym.verifiers.sandbox import SandboxConfig
-    from creditgym.verifiers.swebench import SWETask
+    from creditgym.verifiers.swe.docker_sandbox import DockerSandbox
+    from creditgym.verifiers.swe.grading import SWETask
+    from creditgym.verifiers.swe.sandbox import SandboxConfig
     from creditgym.verifiers.verdict import Verdict
 
 REWARD_MODES = ("resolved", "partial")
@@ -48,7 +48,7 @@ class SWEEnv(TokenEnv):
         user turn of env tokens (source ``"env"``, the turn's index), followed by the assistant header. A turn
         that does not parse gets a short format-error observation. On ``submit``, or when the turn, token or
         wall-clock budget runs out, the env takes the repository's diff and grades it in a fresh container
-        (:func:`creditgym.verifiers.swebench.grade`: test files reset, test patch applied, FAIL_TO_PASS and
+        (:func:`creditgym.verifiers.swe.grading.grade`: test files reset, test patch applied, FAIL_TO_PASS and
         PASS_TO_PASS run).
 
     Action Space:
@@ -65,11 +65,13 @@ class SWEEnv(TokenEnv):
     Episode End:
         ``terminated`` on ``submit``. ``truncated`` when ``max_turns``, ``max_episode_tokens`` or ``time_limit``
         runs out (the diff so far is still graded), or on an infrastructure fault (engine down, image missing,
-        container died: ``info["infra_error"]`` says which, the reward is 0 and trainers drop the episode).
+        container gone: ``info["infra_error"]`` says which, the reward is 0 and trainers drop the episode). Only
+        faults the agent cannot cause are infrastructure faults: PID 1 is out of its reach, and whatever its own
+        processes do (kill all they own, fill the pids table, memory or disk) is graded as its own failure.
 
     Sandbox:
         The task's image (built locally from a task repo, cached by content hash, or an official SWE-bench image
-        that must already be present) runs as a :class:`~creditgym.verifiers.docker_sandbox.DockerSandbox`: no
+        that must already be present) runs as a :class:`~creditgym.verifiers.swe.docker_sandbox.DockerSandbox`: no
         network, no capabilities, memory / CPU / pids / disk limits, ``command_timeout`` per command (everything
         the command started is killed), output, file reads and the diff capped (``SandboxConfig``), symlinks
         out of the repository refused by the file tools. It starts at the first action, not at ``reset`` (so
@@ -81,7 +83,7 @@ class SWEEnv(TokenEnv):
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template, or a name/path (default: the bundled one).
         tasks: ``"bundled"`` (default), a task repo (a folder holding ``tasks/<id>/``), a JSON/JSONL/parquet file
-            of SWE-bench instances, or a list of :class:`~creditgym.verifiers.swebench.SWETask`.
+            of SWE-bench instances, or a list of :class:`~creditgym.verifiers.swe.grading.SWETask`.
         split: ``None`` (every task), or ``"train"`` / ``"test"``: the tasks whose instance id hashes into that
             split (one in five is ``"test"``, as for Math-v0's problems).
         reward_mode: ``"resolved"`` or ``"partial"``.
@@ -91,7 +93,7 @@ class SWEEnv(TokenEnv):
         observation_tokens: Most tokens one observation may add (head and tail kept, the cut marked).
         time_limit: Wall-clock seconds from ``reset`` before the episode is graded as it stands.
         command_timeout: Seconds a ``bash`` action may run before it is killed.
-        sandbox: Limits of the episode's container (default: :class:`~creditgym.verifiers.sandbox.SandboxConfig`
+        sandbox: Limits of the episode's container (default: :class:`~creditgym.verifiers.swe.sandbox.SandboxConfig`
             with ``command_timeout`` and a ``max_lifetime`` of ``time_limit`` + 10 minutes).
         grade_timeout: Seconds the tests may run when grading.
         build_images: Build a missing task image (from its task folder) instead of reporting it missing.
@@ -120,7 +122,7 @@ class SWEEnv(TokenEnv):
         render_mode: str | None = None,
     ) -> None:
         from creditgym.envs.swe_tasks import load_tasks
-        from creditgym.verifiers.sandbox import SandboxConfig, install_signal_handlers
+        from creditgym.verifiers.swe.sandbox import SandboxConfig, install_signal_handlers
 
         install_signal_handlers()  # no-op off the main thread; sandboxes of this env may start in other threads
         if reward_mode not in REWARD_MODES:
@@ -197,7 +199,7 @@ class SWEEnv(TokenEnv):
         return prompt, {"task_id": self.task.instance_id, "repo": self.task.repo}
 
     def _end_turn(self, budget_exhausted: bool) -> TurnOutcome:
-        from creditgym.verifiers.sandbox import SandboxError
+        from creditgym.verifiers.swe.sandbox import SandboxError
 
         assert self.task is not None
         t0 = time.monotonic()
@@ -228,7 +230,7 @@ class SWEEnv(TokenEnv):
         return TurnOutcome(env_tokens=env_tokens, info={"action": step["action"], "observation": observation})
 
     def _run(self, action: Action) -> str:
-        from creditgym.verifiers.sandbox import resolve_path
+        from creditgym.verifiers.swe.sandbox import resolve_path
 
         sandbox = self._ensure_sandbox()
         if action.kind == "bash":
@@ -241,7 +243,11 @@ class SWEEnv(TokenEnv):
                 result.output,
                 result.timed_out,
                 self.command_timeout,
-                disk=self.sandbox_config.disk if result.disk_exceeded else None,
+                disk=(
+                    f"{self.sandbox_config.disk} or {self.sandbox_config.inodes} new files"
+                    if result.disk_exceeded
+                    else None
+                ),
             )
         try:
             path = resolve_path(sandbox.workdir, action.path)
@@ -263,8 +269,8 @@ class SWEEnv(TokenEnv):
         return f"Replaced 1 occurrence in {action.path}."
 
     def _finish(self, reason: str) -> TurnOutcome:
-        from creditgym.verifiers.sandbox import DiffError, SandboxError
-        from creditgym.verifiers.swebench import grade
+        from creditgym.verifiers.swe.grading import grade
+        from creditgym.verifiers.swe.sandbox import DiffError, SandboxError
         from creditgym.verifiers.verdict import Verdict
 
         assert self.task is not None
@@ -320,8 +326,8 @@ class SWEEnv(TokenEnv):
     # -- sandbox --------------------------------------------------------------------------------------------------
 
     def _ensure_sandbox(self) -> DockerSandbox:
-        from creditgym.verifiers.docker_sandbox import DockerSandbox
-        from creditgym.verifiers.swe_images import ensure_image
+        from creditgym.verifiers.swe.docker_sandbox import DockerSandbox
+        from creditgym.verifiers.swe.images import ensure_image
 
         if self._sandbox is None:
             assert self.task is not None

@@ -1,6 +1,6 @@
 """SWE task sources: swebench's local task-repo format, the bundled tasks, and official-schema instance files.
 
-The grader's task record (:class:`~creditgym.verifiers._swe_tasks.SWETask`) lives in ``verifiers``; finding and
+The grader's task record (:class:`~creditgym.verifiers.swe.tasks.SWETask`) lives in ``verifiers``; finding and
 reading tasks is the env's side, like the Math and Rubric task sources. Nothing here touches Docker or imports
 ``swebench.harness`` (slow, and it calls ``load_dotenv()``), so listing tasks is cheap and works without an
 engine. ``swebench.task.repo`` is light and reads the task folders.
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from creditgym.verifiers._swe_tasks import SWETask, TaskFormatError, patch_files
-from creditgym.verifiers.swe_images import REQUIRED_FILES, content_hash, local_image_tag, official_image_name
+from creditgym.verifiers.swe.images import REQUIRED_FILES, content_hash, local_image_tag, official_image_name
+from creditgym.verifiers.swe.tasks import SWETask, TaskFormatError, patch_files
 
 __all__ = [
     "BUNDLED_TASKS",

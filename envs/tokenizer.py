@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -26,7 +27,8 @@ CHATML_TEMPLATE = (
 )
 
 BUNDLED = "creditgym/tiny"
-ASSETS = Path(__file__).resolve().parent / "assets"
+#: The bundled model's folder (package data of ``creditgym``): its tokenizer is the bundled one.
+ASSETS = Path(str(importlib.resources.files("creditgym") / "assets" / "tiny"))
 
 # End-of-turn markers of common chat models; any of them present in a vocabulary ends a policy turn.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from creditgym.agents.backends import HFBackend, VLLMBackend
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.policy import Policy, load_policy
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.train.backends import HFBackend, VLLMBackend
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.policy import Policy, load_policy
+from creditgym.agents.train.trainer import Trainer
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import DEFAULT_LEVEL, ProceduralMath, last_boxed
 

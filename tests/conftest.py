@@ -73,7 +73,7 @@ def scratch_registry() -> Iterator[None]:
 
     Registering at import time would leak into tests collected later (``available()`` parametrizes some).
     """
-    from creditgym.agents import signals
+    from creditgym.agents.providers import base as signals
     from creditgym.credit import base
 
     saved = (dict(base._REGISTRY), dict(base._SIGNALS), dict(signals.PROVIDERS))

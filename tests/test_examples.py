@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +98,172 @@ def test_credit_overhead_benchmark_names_bad_input(flags: tuple[str, ...], messa
         timeout=300,
     )
     assert res.returncode == 2 and message in res.stderr
+
+
+def test_train_rubric_cort_trains_and_reads_cort_metrics(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    printed = _run("examples/train_rubric_cort.py", "--steps", "2", "--eval-episodes", "4", "--out", str(out))
+    config = json.loads((out / "config.json").read_text())
+    assert (config["env_id"], config["credit"], config["env_kwargs"]) == (
+        "creditgym/Rubric-v0",
+        "cort",
+        {"preset": "default"},
+    )
+    assert config["max_new_tokens"] is None and config["steps"] == 2 and config["eval_episodes"] == 4
+    for name in ("metrics.jsonl", "summary.json", "credit.html", "credit.png", "curves.png", "final"):
+        assert (out / name).exists(), name
+    summary = json.loads((out / "summary.json").read_text())
+    before, after = summary["eval_before"], summary["eval_after"]
+    assert 0 <= before <= 1 and 0 <= after <= 1
+    assert f"held-out score: before {before:.3f} -> after {after:.3f}" in printed
+    assert f"credit heatmap: {out / 'credit.html'}" in printed
+    # the printed table is CoRT's logged metrics, one row per step, each within CoRT's bounds
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    header = printed.index("span tokens\n")
+    rows = [line.split() for line in printed[header:].splitlines()[1:3]]
+    for row, m in zip(rows, steps, strict=True):
+        assert float(row[0]) == m["step"] and float(row[2]) == pytest.approx(m["credit/cort/alpha"], abs=5e-4)
+        assert float(row[7]) == pytest.approx(m["credit/cort/span_mass"], abs=5e-4)
+        assert 0.25 <= m["credit/cort/weight_q05"] <= 1 <= m["credit/cort/weight_q95"] <= 4
+        assert m["credit/cort/weight_mean"] == pytest.approx(1.0, abs=1e-6)
+        assert 0 <= m["credit/cort/span_mass"] <= 1 and 0 < m["credit/cort/span_tokens"] < 1
+    assert [m["credit/cort/alpha"] for m in steps] == [0.0, 1.0]  # the ramp: off at step 1, on by step 2 of 2
+
+
+def test_train_rubric_cort_names_bad_input(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "examples/train_rubric_cort.py", "--steps", "0", "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert res.returncode == 2 and "TrainConfig.steps must be >= 1, got 0" in res.stderr
+
+
+def test_eval_openai_server_answers_as_the_local_model_would(tmp_path: Path) -> None:
+    """Served over HTTP, the bundled model gives the same answers as evaluated in-process (greedy, same tasks)."""
+    from creditgym.agents.eval.evaluate import evaluate, make_agent
+
+    printed = _run("examples/eval_openai_server.py", "--serve", "--episodes", "6", "--out", str(tmp_path))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["env_id"], report["agent"], report["episodes"]) == (
+        "creditgym/Math-v0",
+        "openai:creditgym/tiny",
+        6,
+    )
+    assert report["infra_errors"] == 0 and (tmp_path / "report.md").exists()
+    assert "the server answered 6 chat completions" in printed  # one per episode, no retry
+    local = evaluate("creditgym/Math-v0", make_agent("hf:creditgym/tiny"), 6, env_kwargs={"split": "test"})
+    assert [r["response"] for r in report["records"]] == [r.response for r in local.records]
+    assert [r["reward"] for r in report["records"]] == [r.reward for r in local.records]
+    assert f"accuracy {local.accuracy:.3f} over 6 episodes" in printed
+
+
+def test_the_example_server_speaks_openai_chat_completions() -> None:
+    """The reply fields an OpenAI client reads, the budget's finish_reason, and OpenAI's error bodies."""
+    import importlib.util
+    import urllib.error
+    import urllib.request
+
+    from creditgym.agents.train.policy import load_policy
+    from creditgym.verifiers.rubric.chat_client import chat_completion
+
+    spec = importlib.util.spec_from_file_location(
+        "eval_openai_server", ROOT / "examples/eval_openai_server.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    def call(url: str, body: object = None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "What is 2 + 3?"}], "temperature": 0}
+    with example.serving(load_policy(), "tiny") as server:
+        url = server.base_url
+        assert url.startswith("http://127.0.0.1:")
+        status, reply = call(f"{url}/chat/completions", {**ask, "max_tokens": 64})
+        assert status == 200 and reply["object"] == "chat.completion" and reply["model"] == "tiny"
+        (choice,) = reply["choices"]
+        assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "stop"
+        usage = reply["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+        text = chat_completion(url, {**ask, "max_tokens": 64})  # creditgym's own client reads the same answer
+        assert text == choice["message"]["content"] and text.strip()
+        status, reply = call(f"{url}/chat/completions", {**ask, "max_tokens": 1})
+        assert reply["choices"][0]["finish_reason"] == "length" and reply["usage"]["completion_tokens"] == 1
+        model = {"id": "tiny", "object": "model", "created": 0, "owned_by": "creditgym"}
+        assert call(f"{url}/models") == (200, {"object": "list", "data": [model]})
+        status, err = call(f"{url}/chat/completions", {**ask, "max_tokens": 0})
+        assert status == 400 and "'max_tokens' must be an integer >= 1, got 0" in err["error"]["message"]
+        status, err = call(f"{url}/chat/completions", {**ask, "model": "gpt-4o"})
+        assert status == 404 and "'gpt-4o' is not served" in err["error"]["message"]
+        status, err = call(f"{url}/chat/completions", {"model": "tiny", "messages": []})
+        assert status == 400 and "'messages' must be a non-empty list" in err["error"]["message"]
+        assert server.served["requests"] == 3  # the refused requests are not counted
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "message"),
+    [
+        (("--env", "creditgym/SWEBench-v0"), 2, "for the SWE tasks run `creditgym eval --env"),
+        (("--serve", "--base-url", "http://127.0.0.1:8000/v1"), 2, "--serve starts its own endpoint"),
+        (("--base-url", "http://127.0.0.1:{port}/v1"), 1, "the endpoint gave no answer"),
+    ],
+)
+def test_eval_openai_server_names_bad_input(flags: tuple[str, ...], code: int, message: str) -> None:
+    flags = tuple(f.format(port=_free_port()) for f in flags)  # nothing listens there: connection refused
+    res = subprocess.run(
+        [sys.executable, "examples/eval_openai_server.py", "--episodes", "1", *flags],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert res.returncode == code and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_credit_module_and_its_signal_provider_of_your_own_train_from_outside_the_package(
+    tmp_path: Path,
+) -> None:
+    """`custom_credit_module.py` (a module needing a new signal) and `custom_signal_provider.py` (its provider),
+    copied into a folder that is not the repository: run as a script, and named by the CLI's ``--credit
+    module:name``, each trains a step through the public API."""
+    for name in ("custom_credit_module.py", "custom_signal_provider.py"):
+        shutil.copy(ROOT / "examples" / name, tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    cli = ("-m", "creditgym.cli", "train", "--credit", "custom_credit_module:forking", "--steps", "1")
+    cli += ("--prompts-per-step", "2", "--group-size", "4", "--eval-episodes", "2", "--out", "cli")
+    commands = {
+        "script": [sys.executable, "custom_credit_module.py", "--steps", "1", "--out", "script"],
+        "cli": [sys.executable, *cli],
+    }
+    for out, cmd in commands.items():
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [json.loads(line) for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+        assert 0 < rows[1]["credit/forking/kept_frac"] < 0.5  # about the top 20% (ties at the threshold kept)
+        assert rows[1]["actor/pg_loss"] is not None and rows[1]["time/signals_s"] > 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "creditgym.cli", "train", "--credit", "no_such_module:forking", "--out", "x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "importing module 'no_such_module' failed" in bad.stderr

@@ -39,7 +39,7 @@ except ImportError as e:  # `make test` installs the extra; under CI=true its ab
         f"the ray extra is not installed ({e}): pip install 'creditgym[ray]'", allow_module_level=True
     )
 
-from creditgym.agents.ray_jobs import RayError, check_nodes, connect
+from creditgym.agents.study.ray_jobs import RayError, check_nodes, connect
 
 pytestmark = pytest.mark.slow
 RAY_BIN = Path(sys.executable).with_name("ray")

@@ -8,37 +8,29 @@
     PPO("MlpPolicy", env, rollout_buffer_class=CreditRolloutBuffer,
         rollout_buffer_kwargs={"credit": "gae"})                       # == SB3's own GAE
 
-`CreditRolloutBuffer.compute_returns_and_advantage` replaces SB3's inline GAE by a call to a registered critic
-module (``gae``, ``compo``). The SB3 buffer is laid out (n_steps, n_envs), one env step per entry, and an
-episode may start anywhere inside it and run past its end. The adapter turns it into a `CreditBatch` with
-**one row per episode piece** (one token = one env step, every token on the policy mask):
+`CreditRolloutBuffer.compute_returns_and_advantage` replaces SB3's inline GAE by a registered critic module
+(``gae``, ``compo``: PPO fits its value head on their returns). The buffer, (n_steps, n_envs) with episodes
+starting anywhere, becomes a `CreditBatch` with **one row per episode piece** (one token = one env step):
 
-* each env's column is cut at its ``episode_starts``; every piece becomes its own row, left-aligned and padded
-  (padding is off the policy mask), so a module's per-row trace never crosses an episode boundary;
-* the last piece of an env whose episode is not over (``dones[e]`` False) is bootstrapped by adding
-  ``gamma * last_values[e]`` to the reward of its last step, which is exactly SB3's ``delta`` at that step
-  (time-limit truncations inside the rollout are already bootstrapped by SB3 in ``self.rewards``);
-* ``values`` = ``self.values`` (V(s_t), the critic's estimate before action t: the `CreditBatch` convention),
-  ``old_logprobs`` = ``self.log_probs``, ``group_ids`` = one group per row (no groups in SB3),
-  ``segment_ids`` = the step index inside the episode (each env step is one "turn").
+* each env's column is cut at its ``episode_starts``; each piece is a left-aligned, padded row, so a module's
+  trace never crosses an episode boundary;
+* the last piece of an unfinished episode (``dones[e]`` False) gets ``gamma * last_values[e]`` added to its
+  last reward, exactly SB3's ``delta`` there (SB3 already bootstraps time-limit truncations in ``rewards``);
+* what the adapter reads from SB3: ``values`` = ``self.values`` (V(s_t), before action t), ``old_logprobs`` =
+  ``self.log_probs``, ``step`` = the rollouts done so far; ``group_ids`` = one group per row, ``segment_ids``
+  = the step index in the episode. ``gamma`` (and ``lam``) come from the buffer, and ``whiten=False`` (PPO
+  normalises per minibatch); with ``credit="gae"`` the result equals SB3's own buffer.
 
-The module's ``advantages`` and ``returns`` are scattered back to (n_steps, n_envs). Config mapping: ``gamma``
-(and ``lam`` for ``gae``) come from the buffer's ``gamma`` / ``gae_lambda``, and ``whiten=False`` because PPO
-normalises advantages per minibatch (``normalize_advantage=True``). With ``credit="gae"`` the result equals
-SB3's ``RolloutBuffer.compute_returns_and_advantage``.
-
-Signals other than ``values`` do not exist in SB3. Pass a provider per signal
-(``signal_providers={"attention_stats": fn}``, ``fn(buffer) -> (n_steps, n_envs[, K])`` array). For ``compo``
-without a provider, use ``credit_config={"gate": "position"}``: the gate then ignores ``attention_stats``, which
-the adapter fills with zeros; the ``attention`` and ``shuffled`` gates need a provider (an error says so).
-``vine`` cannot run here: the buffer takes critic modules only (PPO fits its value head on their returns), and
-its ``mc_values`` signal (the mean reward of continuations sampled from each prefix) would need envs that fork
-mid-episode and a policy that samples continuations, which an SB3 rollout buffer does not have.
+What the caller must pass: ``total_steps`` (rollouts planned) for a module with a schedule, which the buffer
+cannot see (a `MissingInputError` names it); a provider per signal other than ``values``
+(``signal_providers={"attention_stats": fn}``, ``fn(buffer) -> (n_steps, n_envs[, K])``), refused at
+construction when missing. ``compo`` with ``credit_config={"gate": "position"}`` needs none: that gate never
+reads ``attention_stats`` (zeros are passed). ``vine`` cannot run here: it has no critic, and its ``mc_values``
+need envs that fork mid-episode and a policy that samples continuations.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,9 +39,20 @@ import torch
 from stable_baselines3.common.buffers import RolloutBuffer
 
 from creditgym.credit import get
+from creditgym.credit.adapters._common import (
+    MissingInputError,
+    check_signals,
+    module_config,
+    partial_batch,
+)
 from creditgym.credit.base import CreditBatch, CreditModule, CreditOutput
 
-__all__ = ["CreditRolloutBuffer", "SignalProvider", "episode_layout"]
+__all__ = ["CreditRolloutBuffer", "MissingInputError", "SignalProvider", "episode_layout"]
+
+_NO_PLAN = (
+    "credit module {name!r} reads CreditBatch.total_steps (a schedule over training), which SB3's rollout buffer "
+    "does not know: pass rollout_buffer_kwargs={{'total_steps': ceil(total_timesteps / (n_steps * n_envs))}}"
+)
 
 #: ``fn(buffer) -> array (n_steps, n_envs) or (n_steps, n_envs, K)``: one signal for the whole rollout.
 SignalProvider = Callable[["CreditRolloutBuffer"], "np.ndarray | torch.Tensor"]
@@ -94,6 +97,8 @@ class CreditRolloutBuffer(RolloutBuffer):
             a mapping of field overrides applied on top of those, or a config instance used as is (its
             ``gamma`` must equal the buffer's, which bootstraps unfinished episodes).
         signal_providers: signal name -> `SignalProvider`, for the module's signals other than ``values``.
+        total_steps: rollouts planned, ``ceil(total_timesteps / (n_steps * n_envs))`` of ``learn``; None: a
+            module that reads ``CreditBatch.total_steps`` (a schedule) raises `MissingInputError` naming it.
         **kwargs: SB3's keyword arguments (``device``, ``gamma``, ``gae_lambda``, ``n_envs``).
 
     Attributes:
@@ -113,46 +118,41 @@ class CreditRolloutBuffer(RolloutBuffer):
         credit: str = "gae",
         credit_config: object | Mapping[str, Any] | None = None,
         signal_providers: Mapping[str, SignalProvider] | None = None,
+        total_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         module = get(credit)
-        if not module.critic or module.critic_loss != "mse" or module.critic_signals:
+        if not module.critic or module.provided_by["values"].provider is not None:
             raise ValueError(
-                f"CreditRolloutBuffer: credit module {credit!r} must train an MSE critic on its returns without "
-                "post-update critic signals (PPO's value loss), like 'gae' or 'compo'"
+                f"CreditRolloutBuffer: credit module {credit!r} must train an MSE critic on its returns (PPO's "
+                "value loss; the values signal's default provider, not one of its own), like 'gae' or 'compo'"
             )
         self.credit_module: CreditModule[object] = module
         self.credit_config: object = self._make_config(module, credit_config)
         self.signal_providers: dict[str, SignalProvider] = dict(signal_providers or {})
-        for name in module.signals:
-            if name != "values" and name not in self.signal_providers and not self._zero_signal_ok(name):
-                raise ValueError(
-                    f"CreditRolloutBuffer: credit module {credit!r} needs the signal {name!r}, which SB3 does not "
-                    f"record; pass signal_providers={{{name!r}: fn}} with fn(buffer) -> (n_steps, n_envs) array"
-                    + (", or credit_config={'gate': 'position'}" if credit == "compo" else "")
-                )
+        zero_ok = [name for name in module.signals if self._zero_signal_ok(name)]
+        check_signals(
+            module,
+            {"values", *self.signal_providers, *zero_ok},
+            "CreditRolloutBuffer",
+            "SB3 does not record it: pass signal_providers={{'{signal}': fn}}, fn(buffer) -> (n_steps, n_envs[, "
+            "K]) array" + (", or credit_config={{'gate': 'position'}}" if credit == "compo" else ""),
+        )
+        if total_steps is not None and (
+            isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1
+        ):
+            raise ValueError(
+                f"CreditRolloutBuffer: total_steps is the number of rollouts planned, an int >= 1, got {total_steps!r}"
+            )
+        self.total_steps: int | None = None if total_steps is None else int(total_steps)
         self.credit_metrics: dict[str, float] = {}
         self.credit_calls: int = 0
 
     def _make_config(self, module: CreditModule[object], given: object | Mapping[str, Any] | None) -> object:
         """The module config: buffer-derived defaults, overridden by a mapping, or an instance as is."""
-        if given is not None and not isinstance(given, Mapping):
-            if not isinstance(given, module.config):
-                raise TypeError(
-                    f"CreditRolloutBuffer: credit_config for {module.name!r} must be a "
-                    f"{module.config.__name__} or a mapping, got {type(given).__name__}"
-                )
-            cfg = given
-        else:
-            fields = {f.name for f in dataclasses.fields(module.config)}  # type: ignore[arg-type]
-            base: dict[str, Any] = {
-                "gamma": float(self.gamma),
-                "lam": float(self.gae_lambda),
-                "whiten": False,
-            }
-            base = {k: v for k, v in base.items() if k in fields}
-            cfg = module.config(**{**base, **dict(given or {})})
+        base = {"gamma": float(self.gamma), "lam": float(self.gae_lambda), "whiten": False}
+        cfg = module_config(module, given, base, "CreditRolloutBuffer")
         gamma = getattr(cfg, "gamma", None)
         if gamma is not None and abs(float(gamma) - float(self.gamma)) > 1e-12:
             raise ValueError(
@@ -210,7 +210,10 @@ class CreditRolloutBuffer(RolloutBuffer):
         signals = {
             name: scatter(self._signal(name)) for name in self.credit_module.signals if name != "values"
         }
-        batch = CreditBatch(
+        plan = {} if self.total_steps is None else {"total_steps": self.total_steps}
+        absent = {} if plan else {"total_steps": _NO_PLAN.format(name=self.credit_module.name)}
+        batch = partial_batch(
+            absent,
             token_rewards=scatter(rewards),
             policy_mask=torch.from_numpy(mask),
             group_ids=torch.arange(B),
@@ -219,7 +222,7 @@ class CreditRolloutBuffer(RolloutBuffer):
             values=scatter(self.values.astype(np.float64)),
             signals=signals,
             step=self.credit_calls,
-            total_steps=self.credit_calls + 1,
+            **plan,
         )
         return batch, row, col
 

@@ -2,46 +2,36 @@
 
 ::
 
-    from creditgym.credit.adapters.verl import register_with_verl
     register_with_verl()        # inside verl's Ray TaskRunner process, before the trainer is built
+    adv, returns = make_verl_estimator("cort")(token_level_rewards, response_mask, index=uid, config=algo_cfg,
+        old_log_probs=..., counterfactual_logprobs=..., criterion_spans=..., global_steps=s, total_training_steps=n)
 
-    # or one estimator, called like verl's own:
-    from creditgym.credit.adapters.verl import make_verl_estimator
-    adv, returns = make_verl_estimator("grpo")(token_level_rewards, response_mask, index=uid, config=algo_cfg)
+Arguments, verl's names and response-only shapes (B, T) -> `CreditBatch`: ``token_level_rewards`` ->
+``token_rewards`` (0 off the mask); ``response_mask`` {0, 1} -> ``policy_mask``; ``index`` (verl's ``uid``
+array) -> ``group_ids``, numbered by first appearance (None: every row its own group); ``old_log_probs`` ->
+``old_logprobs``; ``values`` -> ``values``; ``segment_ids``; each signal of `creditgym.credit.SIGNALS` by its
+name; ``global_steps`` (verl's 1-based step) -> ``step = global_steps - 1``; ``total_training_steps`` (verl's
+plan) -> ``total_steps``. verl's other dispatcher keywords (``reward_baselines``, ...) are ignored; any other
+keyword is an error listing the accepted ones.
 
-Argument mapping (verl -> `CreditBatch`):
+The estimator computes nothing itself: verl's dispatcher passes only ``token_level_rewards``, ``response_mask``,
+``index`` and ``config``, which is all ``grpo`` and ``rloo`` read. Everything else comes from a trainer subclass
+that calls the estimator with the batch's fields (v1 trainer: ``_compute_advantage``, whose ``select_fields``
+hold ``old_log_probs`` and ``values``): ``old_log_probs`` (verl's actor computes them) for ``cort`` and
+``cast``; ``values`` (verl's critic) for ``gae``, ``compo`` and ``pact``; the signals (counterfactual and
+teacher replays, attention statistics, ``vine``'s ``mc_values`` sampled from forks of the episode by a rollout
+worker); ``global_steps`` for ``cort`` and ``compo``, ``total_training_steps`` for ``cort``'s ramp. A missing signal is a
+`ValueError` naming its keyword; a module that reads a missing old log-prob or step raises `MissingInputError`
+(a ``ValueError``) naming its keyword. Nothing is filled with zeros.
 
-* ``token_level_rewards`` (B, T) float -> ``token_rewards`` (must be 0 where ``response_mask`` is 0);
-* ``response_mask`` (B, T) {0, 1} -> ``policy_mask`` (bool);
-* ``index`` (B,) verl ``uid`` array (strings or any hashable; a numpy object array) -> ``group_ids``, mapped to
-  ints by first appearance; None = every row its own group;
-* ``values`` -> ``values``; ``old_log_probs`` -> ``old_logprobs`` (zeros when absent); ``segment_ids``;
-  any keyword named like a signal of `creditgym.credit.SIGNALS` (``teacher_logprobs``, ...) -> ``signals``;
-  ``step`` / ``global_steps`` and ``total_steps`` -> the schedule fields.
-
-Module config: the module's defaults, then the verl ``AlgoConfig`` (or mapping) fields ``gamma``, ``lam`` and
-``norm_adv_by_std_in_grpo`` (-> ``norm_by_std``) where the module has such a field, then the overrides given to
-`make_verl_estimator`, then a ``credit`` mapping inside ``config`` if there is one. A config *instance* given to
-the factory is used as is.
-
-Returns ``(advantages, returns)`` (B, T), both 0 where the mask is 0; modules without value targets return
-``(advantages, advantages)`` as verl's GRPO does.
-
-Caveat (verl): its dispatcher passes only ``token_level_rewards, response_mask, config, index`` (and
-``reward_baselines``) to a registered estimator. Critic modules (``gae``, ``compo``, ``pact``) and signal modules
-(``cort``, ``cast``, ``compo``) need their inputs added as keywords by a trainer subclass (verl's v1
-``_compute_advantage``: add the fields to ``select_fields`` and pass them); without them the module raises a
-`ValueError` naming the missing signal.
-
-``vine`` cannot be computed here: its ``mc_values`` signal is the mean reward of continuations sampled from each
-step boundary's prefix, which needs the episode's env to fork and the policy to sample (creditgym's provider,
-``creditgym.agents.mc``); an advantage estimator has neither. A verl rollout worker that samples those
-continuations itself may pass ``mc_values`` (B, T, 2) as a keyword; otherwise ``vine`` raises naming the signal.
+Module config: defaults < verl ``AlgoConfig``'s ``gamma`` and ``lam`` (GAE's, onto a critic module's fields of
+those names) and ``norm_adv_by_std_in_grpo`` (-> ``norm_by_std``) < overrides given to `make_verl_estimator` <
+a ``credit`` mapping in ``config``; a config instance is used as is. An unknown field lists the known ones.
+Returns ``(advantages, returns)`` (B, T), 0 off the mask; ``(advantages, advantages)`` without value targets.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -49,13 +39,28 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from creditgym.credit import available, get
-from creditgym.credit.base import SIGNALS, CreditBatch, CreditModule
+from creditgym.credit import SIGNALS, available, get
+from creditgym.credit.adapters._common import MissingInputError, check_signals, module_config, partial_batch
+from creditgym.credit.base import CreditModule
 
-__all__ = ["VerlEstimator", "group_index", "make_verl_estimator", "register_with_verl"]
+__all__ = ["MissingInputError", "VerlEstimator", "group_index", "make_verl_estimator", "register_with_verl"]
 
-#: verl AlgoConfig field -> credit config field.
+#: verl AlgoConfig field -> credit config field: GAE's discount and trace (onto a critic module's), GRPO's std.
 _VERL_FIELDS: Mapping[str, str] = {"gamma": "gamma", "lam": "lam", "norm_adv_by_std_in_grpo": "norm_by_std"}
+_GAE_FIELDS = ("gamma", "lam")
+#: Keywords verl's dispatcher passes to some of its own estimators; accepted and ignored.
+_VERL_IGNORED = ("reward_baselines", "batch", "non_tensor_batch", "sum_pi_squared", "rollout_is_weights")
+_INPUTS = ("old_log_probs", "values", "segment_ids", "global_steps", "total_training_steps")
+_HOW = (
+    "verl's dispatcher passes only token_level_rewards, response_mask, index and config: call the estimator "
+    "from a trainer subclass's advantage step with {what}"
+)
+_ABSENT = {
+    "old_logprobs": "old_log_probs=data.batch['old_log_probs'] (the behaviour log-probs verl's actor computes)",
+    "step": "global_steps=self.global_steps (verl's 1-based training step)",
+    "total_steps": "total_training_steps=self.total_training_steps (verl's plan: trainer.total_training_steps, "
+    "else the dataloader's length x trainer.total_epochs)",
+}
 
 
 class VerlEstimator(Protocol):
@@ -103,24 +108,26 @@ def _module_config(
     module: CreditModule[object], verl_config: Any, overrides: object | Mapping[str, Any] | None
 ) -> object:
     """Module defaults < verl AlgoConfig fields < factory overrides < ``verl_config.credit`` (module docstring)."""
+    where = f"make_verl_estimator({module.name!r})"
     if overrides is not None and not isinstance(overrides, Mapping):
-        if not isinstance(overrides, module.config):
-            raise TypeError(
-                f"make_verl_estimator({module.name!r}): credit_config must be a {module.config.__name__} or a mapping, "
-                f"got {type(overrides).__name__}"
-            )
-        return overrides
-    fields = {f.name for f in dataclasses.fields(module.config)}  # type: ignore[arg-type]
-    kw: dict[str, Any] = {}
+        return module_config(module, overrides, {}, where)
+    base: dict[str, Any] = {}
     for verl_key, key in _VERL_FIELDS.items():
         v = _get(verl_config, verl_key)
-        if key in fields and v is not None:
-            kw[key] = bool(v) if key == "norm_by_std" else float(v)
-    kw.update(dict(overrides or {}))
+        if v is not None and (module.critic or key not in _GAE_FIELDS):  # CAST's ``lam`` is not GAE's
+            base[key] = bool(v) if key == "norm_by_std" else float(v)
     credit_kw = _get(verl_config, "credit")
-    if credit_kw is not None:
-        kw.update(dict(credit_kw))
-    return module.config(**kw)
+    return module_config(module, {**dict(overrides or {}), **dict(credit_kw or {})}, base, where)
+
+
+def _check_keywords(name: str, kwargs: Mapping[str, Any]) -> None:
+    known = set(_INPUTS) | set(_VERL_IGNORED) | (set(SIGNALS) - {"values"})
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(
+            f"credit_{name}: unknown keywords {unknown}; the estimator takes {list(_INPUTS)}, the signals "
+            f"{sorted(set(SIGNALS) - {'values'})} by name, and ignores verl's {list(_VERL_IGNORED)}"
+        )
 
 
 def make_verl_estimator(name: str, credit_config: object | Mapping[str, Any] | None = None) -> VerlEstimator:
@@ -133,13 +140,13 @@ def make_verl_estimator(name: str, credit_config: object | Mapping[str, Any] | N
 
     Returns:
         ``fn(token_level_rewards, response_mask, index=None, config=None, **kwargs) -> (advantages, returns)``.
+
+    Raises:
+        ValueError / TypeError: an unknown module or config field, or a config of another class (at once); a
+            missing signal, an unknown keyword, or an input the module reads but was not given (when called).
     """
     module = get(name)
-    if credit_config is not None and not isinstance(credit_config, (Mapping, module.config)):
-        raise TypeError(
-            f"make_verl_estimator({name!r}): credit_config must be a {module.config.__name__} or a mapping, "
-            f"got {type(credit_config).__name__}"
-        )
+    _module_config(module, None, credit_config)  # a bad config fails here, not at the first step
 
     def estimator(
         token_level_rewards: Tensor,
@@ -148,23 +155,37 @@ def make_verl_estimator(name: str, credit_config: object | Mapping[str, Any] | N
         config: Any = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
-        rewards = token_level_rewards
-        B = rewards.shape[0]
-        device = rewards.device
-        old = kwargs.get("old_log_probs")
+        _check_keywords(name, kwargs)
+        given = {k for k, v in kwargs.items() if v is not None}
+        check_signals(module, given, f"credit_{name}", _HOW.format(what="{signal}=<tensor (B, T, ...)>"))
+        rewards, B = token_level_rewards, token_level_rewards.shape[0]
+        fields: dict[str, Any] = {}
+        if kwargs.get("old_log_probs") is not None:
+            fields["old_logprobs"] = kwargs["old_log_probs"]
+        if kwargs.get("global_steps") is not None:
+            if int(kwargs["global_steps"]) < 1:
+                raise ValueError(
+                    f"credit_{name}: global_steps is verl's 1-based step, got {kwargs['global_steps']}"
+                )
+            fields["step"] = int(kwargs["global_steps"]) - 1
+        if kwargs.get("total_training_steps") is not None:
+            fields["total_steps"] = int(kwargs["total_training_steps"])
+        absent = {
+            key: f"credit module {name!r} reads CreditBatch.{key}, which was not given: "
+            + _HOW.format(what=how)
+            for key, how in _ABSENT.items()
+            if key not in fields
+        }
         seg = kwargs.get("segment_ids")
-        step = kwargs.get("step", kwargs.get("global_steps", 0))
-        signals = {k: v for k, v in kwargs.items() if k in SIGNALS and k != "values" and v is not None}
-        batch = CreditBatch(
+        batch = partial_batch(
+            absent,
             token_rewards=rewards,
             policy_mask=response_mask.bool(),
-            group_ids=group_index(index, B, device),
-            old_logprobs=torch.zeros_like(rewards) if old is None else old,
+            group_ids=group_index(index, B, rewards.device),
             segment_ids=None if seg is None else seg.long(),
             values=kwargs.get("values"),
-            signals=signals,
-            step=int(step),
-            total_steps=max(int(kwargs.get("total_steps", 1)), int(step) + 1),
+            signals={k: kwargs[k] for k in module.signals if k != "values"},
+            **fields,
         )
         out = module(batch, _module_config(module, config, credit_config))
         returns = out.advantages if out.returns is None else out.returns

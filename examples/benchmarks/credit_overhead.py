@@ -46,13 +46,13 @@ import numpy as np
 import torch
 
 from creditgym import credit
-from creditgym.agents.compare import Entry, parse_entry, split_entries
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.rollout import Episode
-from creditgym.agents.signals import StepContext
-from creditgym.agents.stats import mean, t_interval
-from creditgym.agents.train_flags import json_or_str
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.providers.base import StepContext
+from creditgym.agents.study.compare import Entry, parse_entry, split_entries
+from creditgym.agents.study.stats import mean, t_interval
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.flags import json_or_str
+from creditgym.agents.train.rollout import Episode
+from creditgym.agents.train.trainer import Trainer
 from creditgym.credit import CreditOutput
 
 

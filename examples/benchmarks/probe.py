@@ -2,8 +2,8 @@
 
     python examples/benchmarks/probe.py [--prompts 4 --group 4 --k 16] [--env creditgym/Math-v0] [--json PATH]
 
-Runs ``creditgym probe`` on the bundled tiny model (``P x G`` responses, ``K`` continuations at every token, every
-registered module scored) and reports its Monte-Carlo rollouts per second and wall time (target: under 3 minutes
+Runs ``creditgym probe`` on the bundled tiny model (``P x G`` responses, a fixed ``K`` continuations at every
+token, every registered module scored; no target, no positive control) and reports its Monte-Carlo rollouts per second and wall time (target: under 3 minutes
 for 16 responses with K = 16 on a 2-core CPU); then times training steps of ``vine`` (its defaults: K = 8, newline
 steps) and ``grpo`` on the same recorded rollout batches, as ``credit_overhead.py`` does, and prints their ratio. The machine's load average is recorded
 beside the numbers: on a shared machine quote the ratio, and say the absolute times were measured under load.
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from creditgym.agents.compare import parse_entry
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.probe import ProbeConfig, run_probe
+from creditgym import credit
+from creditgym.agents.probe.run import ProbeConfig, run_probe
+from creditgym.agents.study.compare import parse_entry
+from creditgym.agents.train.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from credit_overhead import measure_task  # the sibling benchmark's timing on recorded batches
@@ -50,7 +51,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    cfg = ProbeConfig(env_id=args.env, prompts=args.prompts, group=args.group, k=args.k, seed=args.seed)
+    modules = tuple(credit.available())
+    cfg = ProbeConfig(
+        env_id=args.env,
+        credit=modules,
+        prompts=args.prompts,
+        group=args.group,
+        k=args.k,
+        target=None,
+        every=1,
+        seed=args.seed,
+    )
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         result = run_probe(cfg, out)

@@ -1,7 +1,7 @@
 """What does ``DockerSandbox`` cost over the plain docker CLI? Start-to-ready, per-command and parallel times.
 
     python examples/benchmarks/sandbox.py [--image creditgym-base:bookworm] [--starts 5] [--commands 50]
-                                          [--parallel 4] [--loop 20] [--out PATH]
+                                          [--parallel 4] [--loop 20] [--flood 1700000] [--out PATH]
 
 Three measurements, each against the same thing done with the ``docker`` CLI from a shell (subprocess), same image
 and limits, interleaved so that load on the machine hits both sides alike:
@@ -13,6 +13,9 @@ and limits, interleaved so that load on the machine hits both sides alike:
   on the same container; median of ``--commands``.
 - parallel: ``--parallel`` sandboxes, one thread each, each running ``--loop`` short commands (wall time), vs the
   same number of threads running ``docker exec`` on those containers.
+
+And what grading costs on a flooded log: the peak memory (tracemalloc) of reading a 32 MiB eval log of ``--flood``
+fake result lines (``t1 (x.Y.t1) ... ok``) with ``scoring.score``, against swebench's own ``get_logs_eval``.
 
 Ratios are sandbox / shell; the targets are <= 1.5 for start and per-command. Every container is labelled
 ``org.creditgym.benchmark`` and removed at the end. Writes the numbers as JSON to ``--out``.
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from creditgym.verifiers.sandbox import LABEL, DockerSandbox, SandboxConfig
+from creditgym.verifiers.swe.sandbox import LABEL, DockerSandbox, SandboxConfig
 
 BENCH_LABEL = "org.creditgym.benchmark"
 TARGETS = {"start": 1.5, "command": 1.5}
@@ -122,6 +125,45 @@ def measure_parallel(boxes: list[DockerSandbox], loop: int) -> dict[str, Any]:
     }
 
 
+def measure_flood(lines: int) -> dict[str, Any]:
+    """Peak memory of grading a log of ``lines`` fake result lines: creditgym's reading vs swebench's parse."""
+    import tempfile
+    import tracemalloc
+
+    from swebench.harness.grading import get_logs_eval
+    from swebench.harness.utils import make_test_spec
+
+    from creditgym.envs.swe_tasks import load_tasks
+    from creditgym.verifiers.swe import scoring
+
+    task = load_tasks("bundled", ["creditgym__spans-1"])[0]
+    flood = "".join(f"t{i} (x.Y.t{i}) ... ok\n" for i in range(lines))
+    log = f"+ : '>>>>> Start Test Output'\n{flood}+ : '>>>>> End Test Output'\n>>>>> Test Exit Code: 0\n"
+    peaks = {}
+    for name in ("creditgym", "swebench"):
+        tracemalloc.start()
+        if name == "creditgym":
+            entries = len(
+                scoring.score(task, log, key=b"k" * 32, token="0" * 16, canaries_expected=False).tests
+            )
+        else:
+            with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
+                fh.write(log)
+                fh.flush()
+                entries = len(get_logs_eval(make_test_spec(task.instance()), fh.name)[0])
+        peaks[name] = (tracemalloc.get_traced_memory()[1], entries)
+        tracemalloc.stop()
+    return {
+        "lines": lines,
+        "log_bytes": len(log),
+        "creditgym_peak_bytes": peaks["creditgym"][0],
+        "creditgym_entries": peaks["creditgym"][1],
+        "swebench_peak_bytes": peaks["swebench"][0],
+        "swebench_entries": peaks["swebench"][1],
+        "ratio": peaks["creditgym"][0] / peaks["swebench"][0],
+    }
+
+
 def _row(ours: list[float], theirs: list[float]) -> dict[str, Any]:
     sandbox_s, shell_s = statistics.median(ours), statistics.median(theirs)
     return {
@@ -134,7 +176,7 @@ def _row(ours: list[float], theirs: list[float]) -> dict[str, Any]:
     }
 
 
-def run(image: str, starts: int, commands: int, parallel: int, loop: int) -> dict[str, Any]:
+def run(image: str, starts: int, commands: int, parallel: int, loop: int, flood: int) -> dict[str, Any]:
     if shutil.which("docker") is None:
         raise SystemExit("the docker CLI is needed for the shell side of the comparison (run `make engine`)")
     cfg = SandboxConfig()
@@ -159,6 +201,7 @@ def run(image: str, starts: int, commands: int, parallel: int, loop: int) -> dic
         "start": start,
         "command": command,
         "parallel": par,
+        "flood": measure_flood(flood),
         "targets": TARGETS,
     }
     lines = [
@@ -170,6 +213,13 @@ def run(image: str, starts: int, commands: int, parallel: int, loop: int) -> dic
         f"| {command['shell_s'] * 1e3:.1f} | {command['ratio']:.2f} | <= {TARGETS['command']} |",
         f"| {par['sandboxes']} parallel x {loop} commands (wall) | {par['sandbox_s'] * 1e3:.0f} "
         f"| {par['shell_s'] * 1e3:.0f} | {par['ratio']:.2f} | |",
+        "",
+        "| flooded log | creditgym | swebench's parse | ratio |",
+        "|---|---|---|---|",
+        f"| peak MB reading {result['flood']['log_bytes'] / 2**20:.0f} MiB ({result['flood']['lines']} lines) "
+        f"| {result['flood']['creditgym_peak_bytes'] / 1e6:.1f} | {result['flood']['swebench_peak_bytes'] / 1e6:.1f} "
+        f"| {result['flood']['ratio']:.3f} |",
+        f"| entries kept | {result['flood']['creditgym_entries']} | {result['flood']['swebench_entries']} | |",
     ]
     result["table"] = "\n".join(lines)
     return result
@@ -193,6 +243,12 @@ def main() -> None:
         "--loop", type=int, default=20, help="commands per parallel sandbox (default: %(default)s)"
     )
     parser.add_argument(
+        "--flood",
+        type=int,
+        default=1_700_000,
+        help="fake result lines in the flooded log (default: %(default)s)",
+    )
+    parser.add_argument(
         "--out",
         "--json",
         dest="out",
@@ -201,7 +257,7 @@ def main() -> None:
         help="JSON results (default: %(default)s)",
     )
     args = parser.parse_args()
-    result = run(args.image, args.starts, args.commands, args.parallel, args.loop)
+    result = run(args.image, args.starts, args.commands, args.parallel, args.loop, args.flood)
     print(result["table"])
     par = result["parallel"]
     print(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.trainer import Trainer
 
 PHASES = ("generate", "env_verify", "signals", "credit", "backward")
 

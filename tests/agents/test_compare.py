@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from creditgym.agents.compare import (
+from creditgym.agents.study.compare import (
     CompareConfig,
     Entry,
     config_hash,
@@ -30,8 +30,8 @@ from creditgym.agents.compare import (
     upgrade_results,
     write_report,
 )
-from creditgym.agents.scheduler import child_pythonpath, run_threads
-from creditgym.agents.train_flags import parse_train_argv
+from creditgym.agents.study.scheduler import child_pythonpath, run_threads
+from creditgym.agents.train.flags import parse_train_argv
 from creditgym.cli import build_parser, main, train_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,7 +197,7 @@ def test_an_old_study_config_is_upgraded(tmp_path: Path) -> None:
 @pytest.mark.parametrize("study", ["math", "rubric"])
 def test_report_only_on_a_committed_study(study: Path, tmp_path: Path) -> None:
     """A published study (results.json in the old form, no runs/): --report-only redraws it, changing nothing."""
-    committed = ROOT / "examples" / "results" / study
+    committed = ROOT / "studies" / "results" / study
     out = tmp_path / study
     out.mkdir()
     for name in ("results.json", "summary.md"):
@@ -364,9 +364,9 @@ def test_a_partial_study_keeps_every_run_counts_finished_ones_and_says_so(tmp_pa
 
 
 def test_results_of_the_first_form_read_as_the_current_one() -> None:
-    """A study published before status/steps/probe/config hash (examples/results/math): its runs read as
+    """A study published before status/steps/probe/config hash (studies/results/math): its runs read as
     finished with all their steps, its table renders as it was published."""
-    study = ROOT / "examples" / "results" / "math"
+    study = ROOT / "studies" / "results" / "math"
     old = json.loads((study / "results.json").read_text())
     new = upgrade_results(old)
     assert {r["status"] for r in new["runs"]} == {"finished"} and new["partial"] is False

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.policy import Policy, load_policy
-from creditgym.agents.rollout import Episode
-from creditgym.agents.signals import StepContext, char_offsets, verdict_span_mask
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.providers import StepContext, char_offsets, verdict_span_mask
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.policy import Policy, load_policy
+from creditgym.agents.train.rollout import Episode
+from creditgym.agents.train.trainer import Trainer
 from creditgym.credit import CreditBatch
 from creditgym.envs.core import Source
 from creditgym.envs.rubric import CRITERIA_HEADER, RubricEnv, criteria_block

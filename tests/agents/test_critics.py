@@ -13,18 +13,18 @@ import torch
 from safetensors import safe_open
 
 from creditgym import credit
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.critics import (
+from creditgym.agents.probe.run import sample_batch
+from creditgym.agents.providers import RunContext, SignalProvider, StepContext, build_providers
+from creditgym.agents.providers.critics import (
     VALUE_HEAD_FILE,
     CriticProvider,
     StandardCritic,
     TransportAlignedCritic,
     tac_features,
 )
-from creditgym.agents.policy import Policy, bundled_model_path, load_policy
-from creditgym.agents.probe import sample_batch
-from creditgym.agents.signals import RunContext, SignalProvider, StepContext, build_providers
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.policy import Policy, bundled_model_path, load_policy
+from creditgym.agents.train.trainer import Trainer
 from creditgym.credit import CompPOConfig
 from creditgym.credit.compo import comp_gae_advantages, compo_gate
 from creditgym.envs import make
@@ -52,7 +52,7 @@ def _providers(policy: Policy, **kwargs: Any) -> dict[str, SignalProvider]:
     cfg = TrainConfig(**{**SMALL, "credit": "compo", "credit_kwargs": kwargs})
     module = credit.get("compo")
     env = make(cfg.env_id, max_new_tokens=cfg.max_new_tokens).unwrapped
-    return build_providers(RunContext(cfg, policy, env, cfg.env_id, module, module.make_config(kwargs)))
+    return build_providers(RunContext(cfg, policy, env, cfg.env_id), module, module.make_config(kwargs))
 
 
 def _step(policy: Policy, providers: dict[str, SignalProvider], *, seed: int = 3) -> StepContext:
@@ -144,7 +144,7 @@ def test_kappa_from_real_attention_rows_equals_a_hand_computation_on_a_one_layer
 def test_compo_chooses_its_critic_through_the_values_provider(tiny: Policy) -> None:
     tac = _providers(tiny)["values"]
     assert isinstance(tac, CriticProvider) and isinstance(tac.critic, TransportAlignedCritic)
-    assert tac.params == {"critic": "tac", "layers": (-2, -1)}
+    assert tac.params == {"critic": "tac", "layers": (-2, -1), "critic_loss": "mse"}
     assert tac.forward_request().attention_layers == (0, 1, 2, 3) and tac.forward_request().hidden
     standard = _providers(tiny, critic="standard")["values"]
     assert isinstance(standard, CriticProvider) and isinstance(standard.critic, StandardCritic)
@@ -152,7 +152,7 @@ def test_compo_chooses_its_critic_through_the_values_provider(tiny: Policy) -> N
     cfg = TrainConfig(**{**SMALL, "credit": "gae"})
     module = credit.get("gae")
     env = make(cfg.env_id, max_new_tokens=24).unwrapped
-    gae = build_providers(RunContext(cfg, tiny, env, cfg.env_id, module, module.make_config({})))["values"]
+    gae = build_providers(RunContext(cfg, tiny, env, cfg.env_id), module, module.make_config({}))["values"]
     assert isinstance(gae, CriticProvider) and isinstance(gae.critic, StandardCritic)
     with pytest.raises(ValueError, match=r"CompPOConfig.critic: expected one of \('tac', 'standard'\)"):
         CompPOConfig(critic="model")  # type: ignore[arg-type]
@@ -195,8 +195,10 @@ def _gated_targets(
 
 
 def test_tac_is_fitted_to_the_gated_returns(tiny: Policy, tmp_path: Path) -> None:
-    """The trainer's critic phase hands TAC compo's returns G_t (gated); on a fixed batch its loss falls."""
-    trainer = Trainer(TrainConfig(**{**SMALL, "credit": "compo"}), tmp_path)
+    """The trainer's critic phase hands TAC compo's returns G_t (gated; the gate not scaled by the untrained
+    critic's skill, which would make it 1); on a fixed batch its loss falls."""
+    cfg = TrainConfig(**{**SMALL, "credit": "compo", "credit_kwargs": {"skill_scaled": False}})
+    trainer = Trainer(cfg, tmp_path)
     provider = trainer.providers["values"]
     assert isinstance(provider, CriticProvider)
     seen: list[StepContext] = []
@@ -215,9 +217,9 @@ def test_tac_is_fitted_to_the_gated_returns(tiny: Policy, tmp_path: Path) -> Non
     trainer.train_step()
     assert untouched == [True]
     (step,) = seen
-    assert step.critic_targets is not None and step.credit_out is not None and step.credit_batch is not None
-    targets, mask = step.critic_targets
-    assert torch.equal(mask, step.policy_mask)
+    assert step.credit_out is not None and step.credit_batch is not None
+    targets, mask = step.credit_out.returns, step.policy_mask  # what the value head is fitted on
+    assert targets is not None
     batch = step.credit_batch
     assert batch.values is not None
     eta = compo_gate(batch.signals["attention_stats"], mask, batch.step, trainer.credit_cfg)  # type: ignore[arg-type]
@@ -267,7 +269,11 @@ def test_a_checkpoint_from_before_tac_loads_into_the_standard_critic(tiny: Polic
 
 
 def test_compo_with_the_standard_critic_still_trains(tmp_path: Path) -> None:
-    cfg = TrainConfig(**{**SMALL, "credit": "compo", "credit_kwargs": {"critic": "standard"}})
+    kwargs = {
+        "critic": "standard",
+        "skill_scaled": False,
+    }  # the gate itself (an untrained critic has skill 0)
+    cfg = TrainConfig(**{**SMALL, "credit": "compo", "credit_kwargs": kwargs})
     trainer = Trainer(cfg, tmp_path)
     trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.trainer import train
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.trainer import train
 
 # Held-out accuracy is greedy decoding on 200 fixed test-split problems, so "before" and "after" are measured on
 # the same problems and the seed fixes the run. On the 2-core development machine (three runs at once, one torch

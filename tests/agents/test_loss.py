@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.loss import (
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.loss import (
     AGG_MODES,
     DIS_RANGE,
     actor_loss,
@@ -191,7 +191,9 @@ def test_actor_loss_follows_the_config() -> None:
         got, _ = actor_loss(logprobs, old, A, mask, cfg)
         want, _ = fn(logprobs, old, A, mask, agg="seq-mean-token-sum", **kwargs)  # type: ignore[operator]
         assert got.item() == want.item()
-    assert TrainConfig().loss == "ppo"
+    assert TrainConfig().loss is None  # the credit module's own: the trainer resolves it (pact: dis)
+    with pytest.raises(ValueError, match=r"unknown actor loss None"):
+        actor_loss(logprobs, old, A, mask, TrainConfig())
     with pytest.raises(ValueError, match=r"TrainConfig\.loss must be one of"):
         TrainConfig(loss="grpo")
 

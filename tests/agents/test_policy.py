@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from creditgym.agents.backends import GenerationBackend, HFBackend, VLLMBackend
-from creditgym.agents.policy import Policy, load_policy
+from creditgym.agents.train.backends import GenerationBackend, HFBackend, VLLMBackend
+from creditgym.agents.train.policy import Policy, load_policy
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import ProceduralMath
 
@@ -256,7 +256,7 @@ def test_missing_model_paths_raise_file_not_found(tmp_path: Path, monkeypatch: p
 def test_vllm_backend_is_optional(monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here; examples/gpu_check.py exercises it on a GPU")
-    assert "vllm" not in sys.modules  # importing creditgym.agents.backends did not import it
+    assert "vllm" not in sys.modules  # importing creditgym.agents.train.backends did not import it
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     with pytest.raises(ImportError, match=r"pip install 'creditgym\[gpu\]'"):
         VLLMBackend("creditgym/tiny")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,10 +19,11 @@ import pytest
 import torch
 
 from creditgym import credit
-from creditgym.agents.checkpoint import latest_checkpoint, load_checkpoint
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.probe import ProbeConfig, probe_batch, setup_probe
-from creditgym.agents.probe_report import (
+from creditgym.agents.probe.control import oracle_advantages, parse_control
+from creditgym.agents.probe.progress import RolloutProgress
+from creditgym.agents.probe.reliability import needed_k, next_k, refusal
+from creditgym.agents.probe.report import (
+    attainable,
     bootstrap_figures,
     decisive_share,
     figures,
@@ -32,12 +34,15 @@ from creditgym.agents.probe_report import (
     spearman,
     spearman_brown,
 )
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.probe.run import ProbeConfig, probe_batch, setup_probe
+from creditgym.agents.train.checkpoint import latest_checkpoint, load_checkpoint
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.trainer import Trainer
 from creditgym.cli import build_parser, main
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RESULTS = sorted((ROOT / "examples" / "results" / "probe").glob("*/probe.json"))
+RESULTS = sorted((ROOT / "studies" / "results" / "probe").glob("*/probe.json"))
 SMALL_TRAIN = dict(
     steps=1, prompts_per_step=2, group_size=2, eval_every=1, eval_episodes=2, max_new_tokens=12
 )
@@ -120,17 +125,72 @@ def test_bootstrap_intervals_bracket_the_point_and_resample_responses() -> None:
             assert lo <= fig[key]["value"] <= hi
     assert g["spearman"]["ci"][0] > n["spearman"]["ci"][1]  # the informative module is separated from noise
     assert bootstrap_figures(tables, n_boot=0)[0]["pearson"]["ci"] is None
-    ceiling = bootstrap_figures(tables[:1], n_boot=0, ceiling=True)[0]
-    assert ceiling["pearson"]["value"] == pytest.approx(spearman_brown(figures(tables[0])["pearson"]))
+    rel = bootstrap_figures(tables[:1], n_boot=0, split_half=True)[0]
+    assert rel["pearson"]["value"] == pytest.approx(spearman_brown(figures(tables[0])["pearson"]))
+
+
+def test_the_attainable_correlation_is_the_square_root_of_the_reliability() -> None:
+    rel = {"spearman": {"value": 0.36, "ci": [-0.2, 0.64]}, "pearson": {"value": None, "ci": None}}
+    got = attainable(rel)
+    assert got["spearman"]["value"] == pytest.approx(0.6) and got["spearman"]["ci"] == pytest.approx(
+        [0.0, 0.8]
+    )
+    assert got["pearson"] == {"value": None, "ci": None}
+
+
+def test_spearman_brown_projects_the_k_a_target_needs() -> None:
+    # a lower bound of 0.25 at K = 8: n K with n r / (1 + (n - 1) r) = 0.5 -> n = 0.5 * 0.75 / (0.25 * 0.5) = 3
+    assert needed_k(8, 0.25, 0.5) == 24
+    assert needed_k(8, 0.4, 0.5) == 12  # n = 1.5
+    assert needed_k(6, 0.4, 0.5) == 10  # 9, rounded up to an even K (two halves)
+    assert needed_k(8, 0.6, 0.5) == 8 and needed_k(8, 0.0, 0.5) is None and needed_k(8, -0.3, 0.5) is None
+    assert next_k(8, 0.4, 0.45, 0.5, 64) == 16  # at least double
+    assert next_k(8, 0.25, 0.4, 0.5, 64) == 24  # the projection when it is larger
+    assert next_k(8, 0.25, 0.4, 0.5, 20) is None  # beyond the budget
+    assert next_k(8, -0.1, 0.2, 0.5, 64) == 16 and next_k(32, -0.1, 0.2, 0.5, 32) is None  # no bound: double
+    assert next_k(8, -0.3, -0.1, 0.5, 64) is None and next_k(8, None, None, 0.5, 64) is None
+    why = refusal(8, {"value": 0.4, "ci": [0.25, 0.55]}, 0.5, 16, rollouts_per_k=100)
+    assert (
+        "projects K = 24 to reach it, above --max-k 16: raise --max-k to 24 (about 1600 more rollouts)" in why
+    )
+    why = refusal(8, {"value": 0.2, "ci": [-0.1, 0.45]}, 0.5, 64, rollouts_per_k=100)
+    assert "lower bound -0.100 is at or below 0" in why and "from its point estimate, at least K = 32" in why
+
+
+def test_the_oracle_permutation_keeps_its_values_and_scales_correlations_by_the_factor() -> None:
+    """The expectation the positive control rests on: permuting m of n values among themselves scales any
+    correlation with them by (n - m) / (n - 1), checked over many draws for Spearman and Pearson."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=12)
+    y = x + 0.6 * rng.normal(size=12)
+    y[:5] = 0.0  # ties, as in a probe's A*
+    draws = [oracle_advantages([y], 0.5, rng) for _ in range(4000)]
+    (adv, factors) = draws[0]
+    assert sorted(adv[0]) == sorted(y) and factors[0] == pytest.approx((12 - 6) / 11)
+    for corr in (spearman, pearson):
+        mean = np.mean([corr(x, a[0]) for a, _ in draws])
+        assert mean == pytest.approx(corr(x, y) * 6 / 11, abs=0.015)
+    assert oracle_advantages([y], 0.0, rng)[0][0].tolist() == y.tolist()  # noise 0: A*' itself
+    assert parse_control("oracle") == 0.5 and parse_control("oracle:noise=0.2") == 0.2
+    assert parse_control("grpo") is None and parse_control("vine:every=4") is None
+
+
+def test_progress_lines_off_a_terminal_every_tenth(capsys: pytest.CaptureFixture[str]) -> None:
+    with RolloutProgress("K = 8", 200, tty=False, every_s=3600) as bar:
+        for _ in range(40):
+            bar.advance(5)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("(")[1].split(")")[0] for line in lines] == [f"{p}%" for p in range(10, 101, 10)]
+    assert lines[-1].startswith("creditgym probe: rollouts, K = 8: 200/200 (100%)")
 
 
 # -- the command ------------------------------------------------------------------------------------------------
 
 
 def _probe(out: Path, *args: str) -> int:
-    return main(
-        ["probe", "--out", str(out), "--prompts", "2", "--group", "2", "--k", "2", "--bootstrap", "50", *args]
-    )
+    """A small probe at a fixed K (``--target none``; a later ``--target`` wins)."""
+    small = ["--prompts", "2", "--group", "2", "--k", "2", "--bootstrap", "50", "--target", "none"]
+    return main(["probe", "--out", str(out), *small, *args])
 
 
 def test_probe_command_writes_json_markdown_and_picture(
@@ -175,23 +235,114 @@ def test_reuse_scores_new_modules_against_the_same_astar(tmp_path: Path) -> None
 
 
 def test_a_module_env_id_and_the_parity_task(tmp_path: Path) -> None:
-    assert _probe(tmp_path, "--env", "probe_envs:ProbeParity-v0", "--credit", "grpo,rloo", "--k", "4") == 0
+    args = ["--env", "probe_envs:ProbeParity-v0", "--credit", "grpo,rloo", "--k", "4", "--every", "1"]
+    assert _probe(tmp_path, *args) == 0
     result = json.loads((tmp_path / "probe.json").read_text())
     mass = [np.abs(r["astar"]) for r in result["responses"]]
     assert sum(m[:3].sum() for m in mass) / sum(m.sum() for m in mass) >= 0.8
+
+
+#: the parity task at temperature 2: the tiny model's first tokens are close to coin flips, so A* is measurable
+PARITY = ["--env", "probe_envs:ProbeParity-v0", "--temperature", "2", "--max-new-tokens", "6", "--every", "1"]
+PARITY += ["--prompts", "4", "--group", "4", "--bootstrap", "400"]
+
+
+def test_k_grows_to_the_target_and_the_positive_control_matches_its_expectation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parity task scores only the first 3 tokens (the decisive tokens are known). K starts at 4, where the
+    reliability's lower bound is below 0.5, and grows until it reaches it; the oracles (A* from independent
+    continuations, 0 and half of each response's tokens permuted) score what the reliability predicts."""
+    from probe_envs import CODE
+
+    args = [*PARITY, "--k", "4", "--target", "0.5", "--credit", "grpo,oracle:noise=0,oracle:noise=0.5"]
+    assert _probe(tmp_path, *args) == 0
+    result = json.loads((tmp_path / "probe.json").read_text())
+    rounds = result["rounds"]
+    assert rounds[0]["k"] == 4 and rounds[0]["reliability"]["ci"][0] < 0.5 and len(rounds) >= 2
+    assert [r["k"] for r in rounds] == sorted({r["k"] for r in rounds}) and rounds[-1]["k"] == result[
+        "batch"
+    ]["k"]
+    rel, top = result["reliability"]["spearman"], result["attainable"]["spearman"]
+    assert rel == rounds[-1]["reliability"] and rel["ci"][0] >= 0.5
+    assert top["value"] == pytest.approx(np.sqrt(rel["value"])) and top["ci"] == pytest.approx(
+        np.sqrt(rel["ci"])
+    )
+    for label, noise in (("oracle:noise=0", 0.0), ("oracle:noise=0.5", 0.5)):
+        control = result["control"][label]
+        assert control["noise"] == noise and control["measured"] == result["modules"][label]["spearman"]
+        assert control["expected"]["value"] == pytest.approx(rel["value"] * control["factor"])
+        assert control["match"] is True, control  # the expectation lies inside the measured interval
+    assert result["control"]["oracle:noise=0"]["factor"] == 1.0
+    assert 0.4 < result["control"]["oracle:noise=0.5"]["factor"] < 0.7
+    assert result["modules"]["oracle:noise=0"]["spearman"]["ci"][0] > 0.5  # far above grpo's 0
+    assert result["batch"]["control_rollouts"] == result["batch"]["rollouts"]
+    mass = [np.abs(r["astar"]) for r in result["responses"]]
+    assert sum(m[:CODE].sum() for m in mass) / sum(m.sum() for m in mass) >= 0.95
+    md = (tmp_path / "probe.md").read_text()
+    assert "| attainable correlation |" in md and "| `oracle:noise=0.5` | 0.5 (factor" in md
+    err = capsys.readouterr().err  # capsys: stdout is no terminal, so progress comes as lines on stderr
+    assert "rollouts, K = 4: " in err and "(100%)" in err and "positive control, K = " in err
+    assert f"below the target 0.5: K -> {rounds[1]['k']}" in err
+    # reused: the grown A* and the control's continuations come back, only the modules are computed
+    saved = str(tmp_path / "probe.json")
+    args = [*PARITY, "--k", "4", "--target", "0.5", "--credit", "oracle:noise=0.5,rloo", "--reuse", saved]
+    assert _probe(tmp_path / "again", *args) == 0
+    again = json.loads((tmp_path / "again" / "probe.json").read_text())
+    assert again["batch"]["k"] == result["batch"]["k"] and again["rounds"] == rounds
+    assert [r["astar"] for r in again["responses"]] == [r["astar"] for r in result["responses"]]
+    assert again["control"]["oracle:noise=0.5"] == result["control"]["oracle:noise=0.5"]
+
+
+def test_a_target_the_budget_cannot_reach_is_refused_with_the_k_it_needs(tmp_path: Path) -> None:
+    args = [*PARITY, "--k", "2", "--max-k", "2", "--target", "0.9", "--credit", "grpo"]
+    with pytest.raises(SystemExit, match=r"reliability at K = 2 is .*(projects K = \d+|projects no K)") as e:
+        _probe(tmp_path, *args)
+    assert "No figure is reported" in str(e.value)
+    partial = json.loads((tmp_path / "probe.json").read_text())
+    assert partial["complete"] is False and partial["refused"] in str(e.value)
+    assert [r["k"] for r in partial["rounds"]] == [2] and "modules" not in partial
+    assert partial["rollouts_done"] == partial["rollouts_total"] > 0
+
+
+def test_a_response_of_one_step_has_no_within_response_figure_and_is_refused(tmp_path: Path) -> None:
+    """The default positions are step boundaries; the tiny model's Math-v0 answers hold no newline, so each is
+    one step and A* is constant within it: no within-response reliability, nothing to reach a target with."""
+    with pytest.raises(
+        SystemExit, match=r"A\* is constant within every response.*--every N, or a --delimiter"
+    ):
+        _probe(
+            tmp_path,
+            "--env",
+            "creditgym/Math-v0",
+            "--every",
+            "newline",
+            "--target",
+            "0.5",
+            "--credit",
+            "grpo",
+        )
+    assert json.loads((tmp_path / "probe.json").read_text())["rounds"][0]["reliability"]["value"] is None
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--k", "1"], r"K must be an int >= 2 \(the reliability of A\* compares two halves"),
+        (
+            ["--target", "1.5"],
+            r"--target expects a reliability in \(0, 1\).*or 'none' \(a fixed K\), got '1.5'",
+        ),
+        (["--target", "0.5", "--k", "8", "--max-k", "4"], r"max_k \(4\) must be >= k \(8\)"),
+        (["--credit", "grpo,oracle:noise=2"], r"oracle:noise=2.*noise=q with q in \[0, 1\]"),
+        (["--credit", "oracle:shuffle=0.5"], r"the positive control takes one parameter, noise=q"),
         (["--env", "CartPole-v1"], r"env 'CartPole-v1' \(CartPoleEnv\) cannot fork"),
         (
             ["--env", "probe_envs:ProbeNoFork-v0"],
             r"cannot fork inside an episode \(forks_mid_episode is False",
         ),
         (["--env", "probe_envs:ProbeTwoTurn-v0"], r"is multi-turn \(it takes max_turns\).*--max-turns N"),
-        (["--every", "0"], "--every expects an int >= 1 or 'newline', got '0'"),
+        (["--every", "0"], "--every expects an int >= 1, 'steps' or 'newline', got '0'"),
         (["--credit", "nope"], "unknown credit module 'nope'"),
     ],
 )
@@ -235,7 +386,7 @@ def test_a_checkpoint_is_probed_with_its_trained_critic(gae_run: Path) -> None:
 def test_a_checkpoint_from_another_model_is_refused(gae_run: Path, tmp_path: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from creditgym.agents.policy import bundled_model_path, load_policy
+    from creditgym.agents.train.policy import bundled_model_path, load_policy
 
     config = AutoConfig.from_pretrained(bundled_model_path())
     config.hidden_size, config.intermediate_size = 64, 128
@@ -252,25 +403,57 @@ def test_a_checkpoint_from_another_model_is_refused(gae_run: Path, tmp_path: Pat
 
 
 def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT) during the rollouts: exit 130 and a valid probe.json marked incomplete."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    """Ctrl-C (SIGINT) during the rollouts: exit 130 and a valid probe.json marked incomplete.
+
+    The signal is sent once the rollouts' progress bar (drawn on a pseudo-terminal) shows some rollouts done and
+    not all, whatever the machine's speed: no time is assumed anywhere.
+    """
+    import pty
+    import re
+    import select
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TERM": "xterm", "COLUMNS": "160"}
     cmd = [sys.executable, "-m", "creditgym.cli", "probe", "--out", str(tmp_path), "--credit", "grpo"]
-    # K = 64: 20,480 rollouts, about 270 s at 75/s here, so that the signal always lands during the rollouts
     cmd += ["--prompts", "4", "--group", "4", "--k", "64", "--rows", "32", "--max-new-tokens", "24"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    path = tmp_path / "probe.json"
-    deadline, seen = time.monotonic() + 600, False
-    while time.monotonic() < deadline and proc.poll() is None and not seen:
-        seen = path.exists() and json.loads(path.read_text())["stage"] == "rollouts"  # written atomically
-        time.sleep(0.2)
-    assert seen and proc.poll() is None, proc.communicate()[0]  # the probe is in its rollouts, still running
-    time.sleep(15.0)  # some of the rollouts (about 1,100 here), far from all
-    assert proc.poll() is None, proc.communicate()[0]
-    proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, output
-    assert "interrupted" in output
-    partial = json.loads(path.read_text())
+    cmd += ["--every", "1", "--target", "none"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    output = b""
+
+    def read(wait: float) -> bool:
+        nonlocal output
+        if not select.select([master], [], [], wait)[0]:
+            return True
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        output += chunk
+        return bool(chunk)
+
+    def progressed() -> bool:  # "rollouts ... 96/20480": some done, not all
+        done = re.findall(rb"rollouts[^\r\n]*?(\d+)/(\d+)", output[-4096:])
+        return any(0 < int(a) < int(b) for a, b in done)
+
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None and not progressed():
+            read(1.0)
+        assert progressed() and proc.poll() is None, output[-3000:].decode(errors="replace")
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and read(1.0) and proc.poll() is None:
+            pass
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = output.decode(errors="replace")
+    assert proc.returncode == 130, text[-3000:]
+    assert "interrupted" in text
+    partial = json.loads((tmp_path / "probe.json").read_text())
     assert partial["complete"] is False and partial["interrupted"] is True
     assert 0 < partial["rollouts_done"] < partial["rollouts_total"]
     done = sum(v is not None for r in partial["responses"] for row in r["continuation_rewards"] for v in row)
@@ -294,6 +477,12 @@ def test_probing_logs_the_figures_and_leaves_training_unchanged(tmp_path: Path, 
     assert [_deterministic(m) for m in plain.log.history] == [_deterministic(m) for m in probed.log.history]
     rows = [json.loads(line) for line in (tmp_path / "probed" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "probe/spearman" in r] == [0.0, 1.0, 2.0]
+    for r in rows:
+        for k in ("spearman", "pearson"):
+            if r.get(f"probe/reliability_{k}") is not None:
+                assert r[f"probe/attainable_{k}"] == pytest.approx(
+                    np.sqrt(max(r[f"probe/reliability_{k}"], 0.0))
+                )
     assert all(r["probe/decisive_share"] is None or 0 <= r["probe/decisive_share"] <= 1 for r in rows)
     assert build_parser().parse_args(["train", "--out", "x", "--probe-every", "3"]).probe_every == 3
 
@@ -314,14 +503,51 @@ EVERY_MODULE = ("chains-tiny-", "hard-tiny-", "chains-gae20-", "easy-tiny")
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.parent.name for p in RESULTS])
-def test_the_readme_probe_tables_are_the_committed_results(path: Path) -> None:
+def test_the_docs_probe_tables_are_the_committed_results(path: Path) -> None:
     result = json.loads(path.read_text())
     table = probe_markdown(result)
     assert (path.parent / "probe.md").read_text() == table
     assert (path.parent / "probe.png").stat().st_size > 10_000
-    assert table in (ROOT / "README.md").read_text(), f"README's probe table for {path.parent.name} is stale"
+    # the study's pages, the probe's page and the modules' pages (their before/after of the defaults) quote every
+    # committed probe
+    pages = [
+        *sorted((ROOT / "docs" / "study").glob("*.md")),
+        ROOT / "docs" / "probe.md",
+        *sorted((ROOT / "docs" / "credit").glob("*.md")),
+    ]
+    assert any(table in page.read_text() for page in pages), (
+        f"the docs' probe table for {path.parent.name} is stale"
+    )
     every = {"grpo", "rloo", "gae", "cort", "cast", "compo", "pact", "vine"}
     assert set(result["modules"]) >= (every if path.parent.name.startswith(EVERY_MODULE) else {"grpo"})
+
+
+def test_no_committed_fixed_k_probe_reaches_the_default_target() -> None:
+    """docs/probe.md: measured at a fixed K, no committed table's within-response reliability has its lower bound
+    at the default target."""
+    fixed = [json.loads(p.read_text()) for p in RESULTS]
+    fixed = [r for r in fixed if not r.get("rounds")]
+    assert len(fixed) >= 20
+    rel = [r.get("reliability", r.get("ceiling"))["spearman"] for r in fixed]
+    assert max(x["ci"][0] for x in rel) < ProbeConfig.target == 0.5
+
+
+def test_the_committed_positive_controls_match_their_expectations() -> None:
+    """The parity task (decisive tokens known) and the chains: each oracle's expected within-response Spearman
+    lies inside its measured interval, and the reliability's lower bound reached the run's target."""
+    for name in ("positive-control-parity", "positive-control-chains"):
+        result = json.loads((ROOT / "studies/results/probe" / name / "probe.json").read_text())
+        rel = result["reliability"]["spearman"]
+        assert rel["ci"][0] >= result["config"]["target"] and result["rounds"][-1]["reliability"] == rel
+        assert set(result["control"]) == {"oracle:noise=0", "oracle:noise=0.5"}
+        for control in result["control"].values():
+            assert control["match"] is True
+            lo, hi = control["measured"]["ci"]
+            assert lo <= control["expected"]["value"] <= hi
+    refused = json.loads((ROOT / "studies/results/probe/positive-control-chains/refused.json").read_text())
+    assert refused["complete"] is False and refused["config"]["target"] == 0.5
+    page = re.sub(r"\n(> )?", " ", (ROOT / "docs" / "probe.md").read_text())  # a wrapped quote
+    assert refused["refused"] in page
 
 
 def test_after_tables_reuse_their_before_batch() -> None:
@@ -339,9 +565,9 @@ def test_after_tables_reuse_their_before_batch() -> None:
 
 
 def test_probe_batch_draws_a_committed_probes_responses_again() -> None:
-    """The re-scoring scripts under examples/results/probe start from `probe_batch`: from a committed probe's
+    """The re-scoring scripts under studies/results/probe start from `probe_batch`: from a committed probe's
     own settings it gives that probe's responses, token for token."""
-    saved = json.loads((ROOT / "examples/results/probe/chains-tiny-before/probe.json").read_text())
+    saved = json.loads((ROOT / "studies/results/probe/chains-tiny-before/probe.json").read_text())
     fields = {f.name for f in dataclasses.fields(ProbeConfig)}
     settings = {k: v for k, v in saved["config"].items() if k in fields and k != "credit"}
     cfg = ProbeConfig(**settings, credit=("grpo",))
@@ -363,14 +589,14 @@ def test_committed_results_cover_math_and_rubric() -> None:
 
 
 def test_the_committed_chain_and_easy_responses_hold_no_newline() -> None:
-    """The README's reason for `vine`'s constant credit on the chains and Math-v0: under its default newline
+    """The docs' reason for `vine`'s constant credit on the chains and Math-v0: under its default newline
     steps each of their responses is one step, where most hard-rubric responses hold a newline."""
 
     def with_newline(name: str) -> tuple[int, int]:
-        rows = json.loads((ROOT / "examples/results/probe" / name / "probe.json").read_text())["responses"]
+        rows = json.loads((ROOT / "studies/results/probe" / name / "probe.json").read_text())["responses"]
         return sum(any("\n" in t for t in r["tokens"]) for r in rows), len(rows)
 
-    probes = ROOT / "examples/results/probe"
+    probes = ROOT / "studies/results/probe"
     chains = sorted(
         p.parent.name
         for p in probes.glob("*/probe.json")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.trainer import Trainer
 from creditgym.envs import UnknownEnvError, make, resolve_env_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_bad_env_ids_and_kwargs_say_what_is_wrong(tmp_path: Path, monkeypatch: p
     ):
         make("myorg/Reverse-v0", split="test")
     with pytest.raises(ValueError, match=r"takes no max_new_tokens"):
-        from creditgym.agents.evaluate import make_envs
+        from creditgym.agents.eval.evaluate import make_envs
 
         gym_id = "testing/NoBudget-v0"
         import gymnasium as gym

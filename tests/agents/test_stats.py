@@ -1,4 +1,4 @@
-"""`creditgym.agents.stats`: Student's t against scipy and the printed table, intervals on hand-computed numbers."""
+"""`creditgym.agents.study.stats`: Student's t against scipy and the printed table, intervals on hand-computed numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats as sp
 
-from creditgym.agents.stats import (
+from creditgym.agents.study.stats import (
     Pilot,
     binomial_sd,
     curve_stats,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.agents.evaluate import evaluate_tasks
-from creditgym.agents.remote import OpenAIAgent
+from creditgym.agents.eval.evaluate import evaluate_tasks
+from creditgym.agents.eval.remote import OpenAIAgent
 from creditgym.envs.swe_tools import apply_patch_command, bash_action
 
 pytestmark = pytest.mark.docker
@@ -25,7 +25,7 @@ ENV = "creditgym/SWEBench-v0"
 @pytest.fixture(scope="module")
 def tasks(docker_client, base_image):
     from creditgym.envs.swe_tasks import load_tasks
-    from creditgym.verifiers.swe_images import ensure_image
+    from creditgym.verifiers.swe.images import ensure_image
 
     tasks = load_tasks("bundled")
     for task in tasks:
@@ -65,7 +65,7 @@ def test_oracle_resolves_every_bundled_task_and_empty_none(tasks, tmp_path: Path
 
 
 def test_sigterm_mid_run_leaves_no_container(tasks, docker_client, tmp_path: Path) -> None:
-    from creditgym.verifiers.sandbox import LABEL, OWNER_LABEL
+    from creditgym.verifiers.swe.sandbox import LABEL, OWNER_LABEL
 
     proc = _cli("--agent", "oracle", "--workers", "2", "--out", str(tmp_path / "r"))
     owner = None

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.probe import sample_batch
-from creditgym.agents.signals import ForwardRequest, StepContext, sequence_logprobs
-from creditgym.agents.teachers import CHECK_INSTRUCTION, EXAMPLE_SEED, Teacher, context_block
-from creditgym.agents.trainer import Trainer
+from creditgym.agents.probe.run import sample_batch
+from creditgym.agents.providers import ForwardRequest, StepContext, sequence_logprobs
+from creditgym.agents.providers.teachers import CHECK_INSTRUCTION, EXAMPLE_SEED, Teacher, context_block
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.trainer import Trainer
 from creditgym.envs.core import Source
 
 SMALL = dict(

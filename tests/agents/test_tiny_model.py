@@ -1,4 +1,4 @@
-"""The bundled tiny model (``agents/tiny/``): a plain Hugging Face folder, small, middling at Math (level 2 and the
+"""The bundled tiny model (``creditgym/assets/tiny/``): a plain Hugging Face folder, small, middling at Math (level 2 and the
 worked chains) and Rubric (the default and the hard preset)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from creditgym.agents.policy import bundled_model_path, load_policy
+from creditgym.agents.train.policy import bundled_model_path, load_policy
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import CHAIN_LEVEL, DEFAULT_LEVEL, ProceduralMath, last_boxed
 from creditgym.envs.rubric import RubricEnv

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from creditgym.agents.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint
-from creditgym.agents.config import TrainConfig
-from creditgym.agents.loss import policy_loss
-from creditgym.agents.rollout import RolloutStats, sample_with_oom_backoff, to_batch
-from creditgym.agents.trainer import Trainer, TrainingDiverged
+from creditgym.agents.train.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint
+from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.loss import policy_loss
+from creditgym.agents.train.rollout import RolloutStats, sample_with_oom_backoff, to_batch
+from creditgym.agents.train.trainer import Trainer, TrainingDiverged
 from creditgym.credit import available, get
 
 SMALL = dict(
@@ -40,7 +40,7 @@ def _metrics(out: Path) -> list[dict]:
 
 def test_prompt_and_env_tokens_never_receive_gradient(tmp_path: Path) -> None:
     trainer = Trainer(TrainConfig(**SMALL), tmp_path)
-    from creditgym.agents.rollout import PolicyAgent, play
+    from creditgym.agents.train.rollout import PolicyAgent, play
 
     base = trainer.env.unwrapped
     base.reset(seed=0)
@@ -132,7 +132,7 @@ def test_a_checkpoint_is_data_never_code(tmp_path: Path) -> None:
     """A checkpoint whose state would run code when unpickled is refused (weights_only), as is an empty manifest."""
     import json as _json
 
-    from creditgym.agents.checkpoint import MANIFEST, STATE, _sha256, save_checkpoint
+    from creditgym.agents.train.checkpoint import MANIFEST, STATE, _sha256, save_checkpoint
 
     marker = tmp_path / "pwned"
     ckpt = save_checkpoint(tmp_path / "ckpts", 1, {"model": {}, "payload": _Payload(str(marker))})
@@ -230,8 +230,8 @@ def test_each_credit_module_trains_end_to_end(name: str, tmp_path: Path) -> None
         assert rows[1]["critic/vf_loss"] is not None
         saved = ("critic_model" if name == "pact" else "value_head") + ".safetensors"
         assert (tmp_path / "final" / saved).is_file()
-    if module.critic_signals:  # the critic phase ran after the actor update
-        assert rows[1]["time/critic_phase_s"] is not None and rows[1]["critic/target_mask_frac"] > 0
+    if module.critic:  # the critic was fitted after the actor update, on a share of the policy tokens
+        assert rows[1]["time/critic_phase_s"] is not None and 0 < rows[1]["critic/target_mask_frac"] <= 1
 
 
 def test_kl_to_the_reference_starts_at_zero(tmp_path: Path) -> None:
@@ -262,7 +262,10 @@ def test_a_module_needing_a_missing_signal_fails_at_start_up(tmp_path: Path) -> 
     import gymnasium as gym
 
     gym.register("testing/NoCf-v0", entry_point=NoCounterfactual)
-    with pytest.raises(ValueError, match=r"'cort' needs a counterfactual prompt.*testing/NoCf-v0"):
+    with pytest.raises(
+        ValueError,
+        match=r"credit module 'cort', signal 'counterfactual_logprobs'.*needs a counterfactual prompt.*testing/NoCf-v0",
+    ):
         Trainer(TrainConfig(**{**SMALL, "credit": "cort", "env_id": "testing/NoCf-v0"}), tmp_path)
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer  # the sb3 extra; missing, this fails, not skips
 
-from creditgym.credit.adapters.sb3 import CreditRolloutBuffer, episode_layout
+from creditgym import credit
+from creditgym.credit.adapters.sb3 import CreditRolloutBuffer, MissingInputError, episode_layout
 from creditgym.credit.compo import CompPOConfig
 from creditgym.credit.gae import GAEConfig
 
@@ -70,13 +71,14 @@ def test_gae_matches_sb3(gamma: float, lam: float, seed: int) -> None:
 
 
 def test_compo_constant_gate_is_gae() -> None:
-    """CompPO with eta_min = eta_max = lam is GAE(gamma, lam): the SB3 result again."""
+    """CompPO with eta_min = eta_max = lam (not scaled by the critic's skill) is GAE(gamma, lam): the SB3 result
+    again."""
     data = recorded_rollout(3)
     ref = filled(RolloutBuffer, data, 0.99, 0.9)
-    cfg = {"eta_min": 0.9, "eta_max": 0.9, "gate": "position"}
+    cfg = {"eta_min": 0.9, "eta_max": 0.9, "gate": "position", "skill_scaled": False}
     ours = filled(CreditRolloutBuffer, data, 0.99, 0.9, credit="compo", credit_config=cfg)
     assert ours.credit_config == CompPOConfig(
-        gamma=0.99, eta_min=0.9, eta_max=0.9, gate="position", whiten=False
+        gamma=0.99, eta_min=0.9, eta_max=0.9, gate="position", whiten=False, skill_scaled=False
     )
     np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
@@ -110,6 +112,29 @@ def test_errors() -> None:
         )
     with pytest.raises(TypeError, match="GAEConfig"):
         CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="gae", credit_config=CompPOConfig())
+    with pytest.raises(ValueError, match=r"no config field 'lamda'.*'lam'"):
+        CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="gae", credit_config={"lamda": 0.9})
+    with pytest.raises(ValueError, match="total_steps"):
+        CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="gae", total_steps=0)
+
+
+def test_a_schedule_needs_the_plan(scratch_registry: None) -> None:
+    """A critic module with a schedule over training (GAE scaled by 1 + step / total_steps, registered here):
+    without ``total_steps`` the buffer raises naming it; with it, each rollout is one more step of the plan."""
+
+    @credit.register("gae_ramp", config=GAEConfig, signals=("values",), critic=True)
+    def gae_ramp(batch: credit.CreditBatch, cfg: GAEConfig) -> credit.CreditOutput:
+        out = credit.get("gae")(batch, cfg)
+        return credit.CreditOutput(out.advantages * (1 + batch.step / batch.total_steps), out.returns)
+
+    data = recorded_rollout(5)
+    with pytest.raises(MissingInputError, match=r"'gae_ramp' reads CreditBatch.total_steps.*'total_steps'"):
+        filled(CreditRolloutBuffer, data, 0.99, 0.95, credit="gae_ramp")
+    ref = filled(CreditRolloutBuffer, data, 0.99, 0.95, credit="gae")
+    buf = filled(CreditRolloutBuffer, data, 0.99, 0.95, credit="gae_ramp", total_steps=4)
+    np.testing.assert_allclose(buf.advantages, ref.advantages, rtol=1e-6)  # step 0 of 4
+    buf.compute_returns_and_advantage(torch.from_numpy(data["last_values"]), data["dones"])
+    np.testing.assert_allclose(buf.advantages, 1.25 * ref.advantages, rtol=1e-6)  # step 1 of 4
 
 
 @pytest.mark.timeout(300)

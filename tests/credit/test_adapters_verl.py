@@ -1,4 +1,5 @@
-"""verl adapter: estimators with verl's signature equal the credit modules called directly; real registration."""
+"""verl adapter: estimators with verl's signature equal the credit modules called directly; real registration;
+through real verl's registry, every module gives its native advantages on the bundled model's rollouts."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import pytest
 import torch
 
 from creditgym.credit import available, get
-from creditgym.credit.adapters.verl import group_index, make_verl_estimator, register_with_verl
+from creditgym.credit.adapters.verl import (
+    MissingInputError,
+    group_index,
+    make_verl_estimator,
+    register_with_verl,
+)
 from creditgym.credit.base import CreditBatch
 from creditgym.credit.gae import GAEConfig
 from creditgym.credit.grpo import GRPOConfig
 
 B, T = 8, 12
+STEP, PLAN = 2, 10  # CreditBatch.step (0-based) and total_steps: verl's global_steps = STEP + 1
 
 
 def verl_inputs(seed: int = 0) -> dict[str, Any]:
@@ -44,6 +51,8 @@ def verl_inputs(seed: int = 0) -> dict[str, Any]:
         "criterion_spans": (rand(0.0, 1.0) > 0.7).float(),
         "attention_stats": rand(0.0, 1.0),
         "mc_values": torch.stack([rand(0.0, 1.0), rand(0.0, 1.0)], -1),  # what a rollout worker would sample
+        "global_steps": STEP + 1,
+        "total_training_steps": PLAN,
     }
 
 
@@ -67,6 +76,8 @@ def direct(name: str, x: dict[str, Any], cfg: object | None = None) -> tuple[tor
         x["old_log_probs"],
         values=x["values"],
         signals={k: v for k, v in signals.items() if k in module.signals},
+        step=STEP,
+        total_steps=PLAN,
     )
     out = module(batch, cfg)
     return out.advantages, out.advantages if out.returns is None else out.returns
@@ -92,13 +103,27 @@ def test_estimator_equals_module(name: str) -> None:
     torch.testing.assert_close(ret, ref_ret)
 
 
-def test_positional_call_and_missing_signal() -> None:
+def test_positional_call_and_missing_inputs() -> None:
+    """verl's dispatcher call (rewards, mask, index, config) runs grpo; what another module lacks is named with
+    the keyword that carries it, never filled with zeros."""
     x = verl_inputs(1)
     adv, ret = make_verl_estimator("grpo")(x["token_level_rewards"], x["response_mask"], x["index"])
     torch.testing.assert_close(adv, direct("grpo", x)[0])
     torch.testing.assert_close(ret, adv)  # no value targets: (adv, adv) as verl's GRPO
-    with pytest.raises(ValueError, match="values"):
+    with pytest.raises(ValueError, match=r"signal 'values'.*values=<tensor"):
         make_verl_estimator("gae")(x["token_level_rewards"], x["response_mask"], x["index"])
+    with pytest.raises(ValueError, match=r"signal 'teacher_logprobs'.*teacher_logprobs=<tensor"):
+        make_verl_estimator("cast")(**{**x, "teacher_logprobs": None})
+    for name, key in [("cast", "old_log_probs"), ("cort", "old_log_probs"), ("cort", "total_training_steps")]:
+        with pytest.raises(MissingInputError, match=rf"{key}=") as e:
+            make_verl_estimator(name)(**{k: v for k, v in x.items() if k != key})
+        assert isinstance(e.value, ValueError)
+    with pytest.raises(MissingInputError, match=r"global_steps=self.global_steps"):
+        make_verl_estimator("compo")(**{k: v for k, v in x.items() if k != "global_steps"})
+    with pytest.raises(TypeError, match=r"unknown keywords \['teacher_logprob'\].*old_log_probs"):
+        make_verl_estimator("grpo")(**x, teacher_logprob=x["teacher_logprobs"])
+    with pytest.raises(ValueError, match="1-based"):
+        make_verl_estimator("cort")(**{**x, "global_steps": 0})
 
 
 def test_verl_config_mapping() -> None:
@@ -119,9 +144,17 @@ def test_verl_config_mapping() -> None:
     torch.testing.assert_close(adv, direct("gae", x, cfg)[0])
     with pytest.raises(TypeError, match="GAEConfig"):
         make_verl_estimator("gae", GRPOConfig())
+    with pytest.raises(ValueError, match=r"no config field 'lamda'.*'lam'"):
+        make_verl_estimator("gae", {"lamda": 0.9})
+    with pytest.raises(ValueError, match=r"no config field 'lamda'.*'lam'"):
+        make_verl_estimator("gae")(**x, config={**algo, "credit": {"lamda": 0.9}})
+    # verl's lam is GAE's trace: it reaches gae's lam, never CAST's (a weight of the same name)
+    adv, _ = make_verl_estimator("cast")(**x, config=algo)
+    torch.testing.assert_close(adv, direct("cast", x)[0])
 
 
-def _verl_or_skip() -> Any:
+@pytest.fixture(scope="session")
+def core_algos() -> Any:
     """verl's ``core_algos``. verl pins transformers<5.11, so it lives in its own environment (``make test-verl``,
     run by ``make test``, builds ``.venv-verl``); where it is absent the test is skipped, saying so, and under
     ``CREDITGYM_REQUIRE_VERL=1`` (set by ``make test-verl``) it fails instead."""
@@ -137,10 +170,9 @@ def _verl_or_skip() -> Any:
     return core_algos
 
 
-def test_register_with_verl() -> None:
+def test_register_with_verl(core_algos: Any) -> None:
     """Registers every module in verl's own registry; credit_grpo, credit_rloo and credit_gae equal verl's GRPO,
     RLOO and GAE."""
-    core_algos = _verl_or_skip()
     from verl.trainer.config.algorithm import AlgoConfig
 
     fns = register_with_verl()
@@ -170,6 +202,46 @@ def test_register_with_verl() -> None:
     m = x["response_mask"].bool()  # verl leaves whitened garbage off the mask; we put 0 there
     torch.testing.assert_close(adv[m], ref_adv[m], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ret[m], ref_ret[m], rtol=1e-5, atol=1e-5)
+
+
+#: What verl's own dispatcher can run: it passes only token_level_rewards, response_mask, index and config.
+DISPATCHER_ONLY = ("grpo", "rloo")
+
+
+@pytest.mark.parametrize("name", available())
+def test_module_through_verl_equals_native(core_algos: Any, adapter_case: Any, name: str) -> None:
+    """Through verl's registry, with verl's response-only tensors and keywords, on the bundled model's rollouts:
+    the advantages (and value targets) of the module run natively, token for token. With only what verl's
+    dispatcher passes, a module that needs more raises naming a keyword that carries it."""
+    from verl.trainer.config.algorithm import AlgoConfig
+
+    case = adapter_case
+    register_with_verl()
+    fn = core_algos.get_adv_estimator_fn(f"credit_{name}")
+    _, _, batch = case.modules[name]
+    dispatched = {
+        "token_level_rewards": case.responses(batch.token_rewards),
+        "response_mask": case.responses(batch.policy_mask).long(),
+        "index": np.array([f"task-{g}" for g in case.group_ids.tolist()], dtype=object),
+        "config": AlgoConfig(),
+    }
+    given = {
+        "old_log_probs": case.responses(batch.old_logprobs),
+        "global_steps": STEP + 1,
+        "total_training_steps": PLAN,
+        **case.signals(name),
+    }
+    adv, ret = fn(**dispatched, **given)
+    ref = case.native(name, STEP, PLAN)
+    assert ref.advantages.abs().sum() > 0
+    torch.testing.assert_close(adv, case.responses(ref.advantages))
+    torch.testing.assert_close(ret, adv if ref.returns is None else case.responses(ref.returns))
+    if name in DISPATCHER_ONLY:
+        torch.testing.assert_close(fn(**dispatched)[0], adv)
+    else:
+        with pytest.raises(ValueError) as e:
+            fn(**dispatched)
+        assert any(f"{key}=" in str(e.value) for key in given), str(e.value)
 
 
 def test_register_without_verl(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,15 +1,18 @@
-"""CreditBatch / CreditOutput validation, the registry, and `require`."""
+"""CreditBatch / CreditOutput validation (diagnostics included), the registry (declarations, ``module:name``), and
+`require`."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
 from creditgym import credit
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
+from creditgym.credit.base import CreditBatch, CreditOutput, ProvidedBy, register, require
 
 
 def tiny_batch(**overrides: object) -> CreditBatch:
@@ -120,6 +123,32 @@ def test_output_validation() -> None:
         CreditOutput(torch.zeros(2, 4), torch.zeros(2, 3))
 
 
+def test_diagnostics_are_named_b_t_tensors_checked_against_the_mask(scratch_registry: None) -> None:
+    flips = torch.tensor([[0.0, 1.0, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    out = CreditOutput(torch.zeros(2, 4), diagnostics={"credit": torch.ones(2, 4) * 0.5, "mark/flip": flips})
+    with pytest.raises(TypeError):
+        out.diagnostics["credit"] = torch.zeros(2, 4)  # type: ignore[index]  (read-only)
+    with pytest.raises(
+        TypeError, match=r"diagnostics\['credit'\]: expected a float tensor of shape \(2, 4\)"
+    ):
+        CreditOutput(torch.zeros(2, 4), diagnostics={"credit": torch.zeros(2, 4, dtype=torch.long)})
+    with pytest.raises(
+        ValueError, match=r"diagnostics\['mark/flip'\]: a mark 'mark/<name>' holds only -1, 0"
+    ):
+        CreditOutput(torch.zeros(2, 4), diagnostics={"mark/flip": 0.5 * flips})
+    with pytest.raises(ValueError, match="a mark 'mark/<name>'"):
+        CreditOutput(torch.zeros(2, 4), diagnostics={"mark/": flips})
+
+    @register("diag_test", config=DummyConfig)
+    def diag(batch: CreditBatch, cfg: DummyConfig) -> CreditOutput:
+        return CreditOutput(torch.zeros(batch.shape), diagnostics={"credit": torch.ones(batch.shape)})
+
+    with pytest.raises(
+        ValueError, match=r"diagnostics\['credit'\] must be finite and exactly 0 where policy_mask"
+    ):
+        credit.get("diag_test")(tiny_batch())  # 1 on prompt and padding tokens
+
+
 # --- registry ----------------------------------------------------------------------------------------------
 
 
@@ -141,6 +170,62 @@ def test_unknown_name_lists_known_names() -> None:
 def test_duplicate_name_raises(scratch_registry: None) -> None:
     with pytest.raises(ValueError, match="'grpo' is already registered"):
         register("grpo", config=DummyConfig)(lambda batch, cfg: CreditOutput(torch.zeros(batch.shape)))
+
+
+def test_a_declaration_names_providers_and_their_config_fields(scratch_registry: None) -> None:
+    @dataclass(frozen=True)
+    class TwoFields:
+        scale: float = 1.0
+        layers: tuple[int, ...] = (-1,)
+
+    def fn(batch: CreditBatch, cfg: TwoFields) -> CreditOutput:
+        return CreditOutput(torch.zeros(batch.shape))
+
+    register(
+        "decl_test", config=TwoFields, signals={"values": ProvidedBy("my_critic", ("scale",))}, critic=True
+    )(fn)
+    register("decl_short", config=TwoFields, signals={"attention_stats": ("layers",), "values": ()})(fn)
+    register("decl_tuple", config=TwoFields, signals=("values",))(fn)
+    assert credit.get("decl_test").provided_by == {"values": ProvidedBy("my_critic", ("scale",))}
+    assert credit.get("decl_short").provided_by == {
+        "attention_stats": ProvidedBy(None, ("layers",)),  # None: the signal's default provider
+        "values": ProvidedBy(),
+    }
+    assert credit.get("decl_short").signal_params == {"attention_stats": ("layers",), "values": ()}
+    assert credit.get("decl_tuple").signals == ("values",) and credit.get("decl_tuple").provided_by == {
+        "values": ProvidedBy()
+    }
+    with pytest.raises(
+        ValueError, match=r"the parameters \['nope'\] declared for signal 'values' are not fields"
+    ):
+        register("decl_bad", config=TwoFields, signals={"values": ProvidedBy("my_critic", ("nope",))})
+    with pytest.raises(TypeError, match="a tuple of config field names"):
+        ProvidedBy("my_critic", "scale")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a tuple or a mapping"):
+        register("decl_str", config=TwoFields, signals="values")
+
+
+def test_module_colon_name_imports_the_module_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_registry: None
+) -> None:
+    (tmp_path / "my_credit_mod.py").write_text(
+        "import torch\n"
+        "from dataclasses import dataclass\n"
+        "from creditgym import credit\n"
+        "@dataclass(frozen=True)\n"
+        "class Cfg:\n    pass\n"
+        "@credit.register('imported_test', config=Cfg)\n"
+        "def imported_test(batch, cfg):\n    return credit.CreditOutput(torch.zeros(batch.shape))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "imported_test" not in credit.available()
+    assert credit.get("my_credit_mod:imported_test").name == "imported_test"
+    assert credit.get("imported_test").name == "imported_test"  # registered now
+    with pytest.raises(credit.UnknownCreditModuleError, match="registers no credit module 'other'"):
+        credit.get("my_credit_mod:other")
+    with pytest.raises(credit.UnknownCreditModuleError, match="importing module 'no_such_mod_xyz' failed"):
+        credit.get("no_such_mod_xyz:imported_test")
+    del sys.modules["my_credit_mod"]  # a later test importing it gets a fresh module
 
 
 def test_registration_validates_declaration(scratch_registry: None) -> None:
@@ -169,6 +254,28 @@ def test_registered_module_runs_and_checks_its_contract(scratch_registry: None) 
         module(tiny_batch(values=torch.rand(2, 4)))
     with pytest.raises(TypeError, match="takes a DummyConfig, got GRPOConfig"):
         module(tiny_batch(values=torch.rand(2, 4)), credit.GRPOConfig())  # type: ignore[arg-type]
+
+
+def test_a_module_names_its_actor_loss_which_a_run_resolves(scratch_registry: None) -> None:
+    """``register(..., actor_loss=...)``: the policy loss of the module's paper, used by a run that names none."""
+    from creditgym.agents.train.config import TrainConfig, resolve
+
+    @register("dis_one", config=DummyConfig, actor_loss="dis")
+    @register("sgd_one", config=DummyConfig, actor_loss="sgd")
+    def one(batch: CreditBatch, cfg: DummyConfig) -> CreditOutput:
+        return CreditOutput(torch.zeros(batch.shape))
+
+    assert resolve(TrainConfig(credit="dis_one")).loss == "dis"
+    assert resolve(TrainConfig(credit="dis_one", loss="ppo")).loss == "ppo"  # the run's own wins
+    assert resolve(TrainConfig(credit="grpo")).loss == "ppo"
+    with pytest.raises(
+        ValueError, match=r"'sgd_one' names the actor loss 'sgd'.*\(\['ppo', 'dis'\]\); pass --loss"
+    ):
+        resolve(TrainConfig(credit="sgd_one"))
+    with pytest.raises(
+        ValueError, match=r"actor_loss must name a policy loss like 'ppo' or 'dis', got 'D I S'"
+    ):
+        register("bad_loss", config=DummyConfig, actor_loss="D I S")
 
 
 def test_require() -> None:

@@ -1,4 +1,5 @@
-"""CAST (arXiv 2606.00172): zero-variance bases, asymmetric clip, flips, final clip, threshold, non-finite gaps."""
+"""CAST (arXiv 2606.00172): zero-variance bases (partial rewards too), asymmetric clip, flips, the final bound and
+the zero sum it keeps, threshold, non-finite gaps."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 import torch
 
 from creditgym import credit
-from creditgym.credit import CASTConfig, CreditBatch
-from creditgym.credit.cast import cast, cast_base_advantage, masked_quantile
+from creditgym.credit import CASTConfig, CreditBatch, GRPOConfig
+from creditgym.credit.cast import cast, cast_base_advantage, group_scale, masked_quantile
+from creditgym.credit.grpo import grpo
 
 A = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO advantage of a {1, 0} group
 
@@ -71,6 +73,7 @@ def test_registered_with_its_signal() -> None:
         1.2,
     )
     assert cfg.teacher == "context" and cfg.teacher_context == "check" and cfg.delta == 1.0
+    assert not cfg.flip and cfg.keep_zero_sum and cfg.reward_range == (0.0, 1.0)
     assert cfg.teacher_refresh_every >= 1 and 0 < cfg.teacher_ema < 1
 
 
@@ -79,13 +82,30 @@ def test_base_advantage_zero_variance_groups() -> None:
     torch.testing.assert_close(B, torch.tensor([A, -A, 1.0, 1.0, -1.0, -1.0, 0.0]))
     B2, *_ = cast_base_advantage(HAND, CASTConfig(b_correct=0.3, b_wrong=0.7))
     torch.testing.assert_close(B2[2:6], torch.tensor([0.3, 0.3, -0.7, -0.7]))
-    # a stricter threshold makes the all-1 group "wrong"
-    B3, *_ = cast_base_advantage(HAND, CASTConfig(correct_threshold=2.0))
-    torch.testing.assert_close(B3[2:4], torch.tensor([-1.0, -1.0]))
+    # on a (0, 2) scale a common reward of 1 is halfway: base 0; of 0, all wrong
+    B3, *_ = cast_base_advantage(HAND, CASTConfig(reward_range=(0.0, 2.0)))
+    torch.testing.assert_close(B3[2:6], torch.tensor([0.0, 0.0, -1.0, -1.0]))
+
+
+def test_partial_rewards_place_a_zero_variance_group_between_its_bounds() -> None:
+    """Rubric-v0's partial rewards: a group whose rewards are all 0.75 did mostly right: +0.5 (not -1, as when
+    only 1.0 counted as correct); all 0.25: -0.5; a mixed group of partial rewards: GRPO's advantage."""
+    rewards = [0.75, 0.75, 0.25, 0.25, 1.0, 1.0, 0.0, 0.0, 0.5, 0.75]
+    batch = make_batch(rewards, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4], [[0.0, 0.0]] * 10)
+    B, *_ = cast_base_advantage(batch, CASTConfig())
+    mixed = grpo(batch, GRPOConfig()).advantages[8:, 1]
+    torch.testing.assert_close(B, torch.tensor([0.5, 0.5, -0.5, -0.5, 1.0, 1.0, -1.0, -1.0, *mixed.tolist()]))
+    B2, *_ = cast_base_advantage(batch, CASTConfig(b_correct=1.0, b_wrong=0.0))
+    torch.testing.assert_close(B2[:8], torch.tensor([0.75, 0.75, 0.25, 0.25, 1.0, 1.0, 0.0, 0.0]))
+    out = cast(batch, CASTConfig())
+    torch.testing.assert_close(out.advantages[:8, 1:], B[:8, None].expand(8, 2))  # g = 0: w = 1
+    assert out.metrics["credit/cast/all_partial_frac"] == pytest.approx(4 / 10)
+    assert out.metrics["credit/cast/all_correct_frac"] == pytest.approx(2 / 10)
+    assert out.metrics["credit/cast/all_wrong_frac"] == pytest.approx(2 / 10)
 
 
 def test_hand_computed_advantages() -> None:
-    out = cast(HAND, CASTConfig(delta=0.1))
+    out = cast(HAND, CASTConfig(delta=0.1, flip=True))
     e = math.exp
     expected = torch.tensor(
         [
@@ -122,7 +142,7 @@ def test_no_flip_keeps_the_base_sign() -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_flipped_tokens_have_the_documented_sign(seed: int) -> None:
     batch = random_batch(seed)
-    cfg = CASTConfig(delta=None)  # the quantile threshold
+    cfg = CASTConfig(delta=None, flip=True)  # the quantile threshold
     out = cast(batch, cfg)
     B, *_ = cast_base_advantage(batch, cfg)
     g = batch.signals["teacher_logprobs"] - batch.old_logprobs
@@ -189,21 +209,21 @@ def test_config_validation(kwargs: dict[str, object]) -> None:
 
 
 def test_flip_marks_on_the_hand_batch() -> None:
-    out = cast(HAND, CASTConfig(delta=0.1))
+    out = cast(HAND, CASTConfig(delta=0.1, flip=True))
     expected = torch.tensor(
         [[0, 0, -1], [1, 0, 0], [0, -1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.float32
     )
-    torch.testing.assert_close(out.token_marks["flip"][:, 1:], expected)
-    assert (out.token_marks["flip"][:, 0] == 0).all()
-    flipped = out.token_marks["flip"] != 0
+    torch.testing.assert_close(out.diagnostics["mark/flip"][:, 1:], expected)
+    assert (out.diagnostics["mark/flip"][:, 0] == 0).all()
+    flipped = out.diagnostics["mark/flip"] != 0
     # every flipped token's advantage has the mark's sign
-    assert (torch.sign(out.advantages[flipped]) == out.token_marks["flip"][flipped]).all()
-    assert not cast(HAND, CASTConfig(delta=0.1, flip=False)).token_marks["flip"].any()
+    assert (torch.sign(out.advantages[flipped]) == out.diagnostics["mark/flip"][flipped]).all()
+    assert not cast(HAND, CASTConfig(delta=0.1, flip=False)).diagnostics["mark/flip"].any()
 
 
 def test_flipped_token_sign_share_on_a_hand_made_batch() -> None:
     """The probe's CAST figure: of the flipped tokens with A* != 0, the share whose A* has the flip's sign."""
-    from creditgym.agents.probe_report import mark_figures
+    from creditgym.agents.probe.report import mark_figures
 
     marks = [np.array([0, 0, -1.0]), np.array([1.0, 0, 0]), np.zeros(3)]
     astar = [np.array([0.2, -0.1, -0.3]), np.array([-0.5, 0.0, 0.1]), np.full(3, 0.3)]
@@ -222,16 +242,51 @@ def test_clip_metrics_split_by_the_base_sign() -> None:
     # a {1, 0, 0, 0, 0, 0, 0, 0} group: B = +2.47 on the correct row, -0.35 on the wrong ones
     rewards = [1.0] + [0.0] * 7
     batch = make_batch(rewards, [0] * 8, [[0.0, 0.0]] * 8)
-    out = cast(batch, CASTConfig(delta=1.0))
     top = 7 / 8 / (math.sqrt(1 / 8 * 7 / 8 * 8 / 7) + 1e-6)
+    mass = 2 * top + 14 * top / 7
+    out = cast(batch, CASTConfig(keep_zero_sum=False))  # the paper's clip: only the correct row is cut
     assert out.advantages[0, 1] == pytest.approx(1.2)
     assert out.metrics["credit/cast/clip_frac_pos"] == 1.0 and out.metrics["credit/cast/clip_frac_neg"] == 0.0
-    mass = 2 * top + 14 * top / 7
     assert out.metrics["credit/cast/clip_mass_frac"] == pytest.approx(2 * (top - 1.2) / mass, rel=1e-5)
+    out = cast(batch, CASTConfig())  # one scale for the group: every row shrinks by 1.2 / 2.47
+    torch.testing.assert_close(out.advantages[:, 1:], torch.tensor([[1.2, 1.2]] + [[-1.2 / 7] * 2] * 7))
+    assert out.metrics["credit/cast/clip_frac_pos"] == 1.0 == out.metrics["credit/cast/clip_frac_neg"]
+    assert out.metrics["credit/cast/clip_mass_frac"] == pytest.approx(1 - 1.2 / top, rel=1e-5)
+
+
+@pytest.mark.parametrize("correct", range(1, 8))
+def test_the_final_bound_keeps_a_mixed_group_s_zero_sum(correct: int) -> None:
+    """GRPO's advantages of a mixed group sum to 0 at every token; the paper's final clip breaks it where one row
+    passes 1.2 (1 correct of 8: -1.275 per token, every response pushed down on net), the group scale keeps it."""
+    rewards = [1.0] * correct + [0.0] * (8 - correct)
+    batch = make_batch(rewards, [0] * 8, [[0.0] * 3] * 8)  # g = 0: w = 1, CAST's base is GRPO's advantage
+    kept = cast(batch, CASTConfig()).advantages[:, 1:]
+    torch.testing.assert_close(kept.sum(0), torch.zeros(3), rtol=0, atol=1e-6)
+    assert kept.abs().max() <= 1.2 + 1e-6
+    clipped = cast(batch, CASTConfig(keep_zero_sum=False)).advantages[:, 1:].sum(0)
+    if correct in (1, 7):  # |B| = 2.47 on the lone row: clipped to 1.2
+        assert float(clipped.abs().min()) == pytest.approx(1.275, abs=1e-3)
+    if correct == 1:
+        assert (clipped < 0).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_group_scale_keeps_the_ratios_within_each_group(seed: int) -> None:
+    batch = random_batch(seed)
+    cfg = CASTConfig(flip=True, delta=0.1, b_correct=3.0, b_wrong=3.0, adv_clip=1.0)
+    free = cast(batch, CASTConfig(flip=True, delta=0.1, b_correct=3.0, b_wrong=3.0, adv_clip=1e9)).advantages
+    out = cast(batch, cfg).advantages
+    scale = group_scale(free, batch.policy_mask, batch.group_ids, 1.0)  # (B, 1)
+    torch.testing.assert_close(out, free * scale)
+    for g in batch.group_ids.unique():
+        rows = batch.group_ids == g
+        s = scale[rows]
+        assert (s == s[0]).all() and float(s[0]) <= 1.0  # one scale per group
+        assert float(out[rows].abs().max()) == pytest.approx(min(1.0, float(free[rows].abs().max())))
 
 
 def test_the_probe_report_lists_the_flip_figure() -> None:
-    from creditgym.agents.probe_report import mark_figures, probe_markdown
+    from creditgym.agents.probe.report import mark_figures, probe_markdown
 
     fig = {"value": 0.1, "ci": [0.0, 0.2]}
     flip = mark_figures([np.array([0, 0, -1.0])], [np.array([0.2, -0.1, -0.3])], n_boot=10)

@@ -246,30 +246,64 @@ def test_standardised_contrast_by_hand() -> None:
     # delta = [3, 1]: mean 2, population sd 1 -> z = [1, -1] / tau; tau = 2: w = 2 [e^0.5, e^-0.5] / (e^0.5 + e^-0.5)
     delta = torch.tensor([[3.0, 1.0]], dtype=torch.float64)
     valid = torch.ones(1, 2, dtype=torch.bool)
-    cfg = CoRTConfig(standardize=True, tau=2.0)
+    cfg = CoRTConfig(standardize=True, tau=2.0, sd_floor=0.0)
     e = torch.tensor([math.exp(0.5), math.exp(-0.5)], dtype=torch.float64)
     torch.testing.assert_close(cort_weights(delta, valid, cfg)[0], 2 * e / e.sum())
     # tau = 1: 2 [e, 1/e] / (e + 1/e) = [1.76, 0.24], the low one under w_min = 0.25 -> [1.75, 0.25]
     w = cort_weights(delta, valid, dataclasses.replace(cfg, tau=1.0))
     torch.testing.assert_close(w[0], torch.tensor([1.75, 0.25], dtype=torch.float64))
+    # with the noise floor 0.5: divided by sqrt(1 + 0.25), z = [1, -1] / (sqrt(1.25) tau)
+    x = 1 / (math.sqrt(1.25) * 2.0)
+    e = torch.tensor([math.exp(x), math.exp(-x)], dtype=torch.float64)
+    w = cort_weights(delta, valid, dataclasses.replace(cfg, sd_floor=0.5))
+    torch.testing.assert_close(w[0], 2 * e / e.sum())
 
 
 def test_standardised_weights_ignore_a_response_offset_and_scale() -> None:
+    """Standardised weights ignore a response's offset; its scale too without the noise floor, and nearly so
+    with it when the contrasts vary by many times the floor (sd 2 to 12 nats here)."""
     gen = torch.Generator().manual_seed(3)
     delta = 4 * torch.randn(3, 40, generator=gen, dtype=torch.float64)
     valid = torch.rand(3, 40, generator=gen) < 0.8
-    w = cort_weights(delta, valid, CoRTConfig())
-    shifted = delta * torch.tensor([[2.0], [0.5], [3.0]], dtype=torch.float64) + torch.tensor(
-        [[5.0], [-2.0], [9.0]]
+    offset = torch.tensor([[5.0], [-2.0], [9.0]], dtype=torch.float64)
+    torch.testing.assert_close(
+        cort_weights(delta + offset, valid, CoRTConfig()), cort_weights(delta, valid, CoRTConfig())
     )
-    torch.testing.assert_close(cort_weights(shifted, valid, CoRTConfig()), w)
+    plain = CoRTConfig(sd_floor=0.0)
+    w = cort_weights(delta, valid, plain)
+    shifted = delta * torch.tensor([[2.0], [0.5], [3.0]], dtype=torch.float64) + offset
+    torch.testing.assert_close(cort_weights(shifted, valid, plain), w)
+    assert (cort_weights(shifted, valid, CoRTConfig()) / w - 1).abs().max() < 0.05  # 4% at sd 2 nats
     # the raw map is not invariant: a larger contrast makes the weights peakier
     raw = dataclasses.replace(CoRTConfig(), standardize=False)
     assert not torch.allclose(cort_weights(shifted, valid, raw), cort_weights(delta, valid, raw))
-    # a constant response gets uniform weights
+    # a constant response gets uniform weights, with or without the floor
     const = torch.full((1, 6), 2.5, dtype=torch.float64)
     torch.testing.assert_close(
+        cort_weights(const, torch.ones(1, 6) > 0, plain), torch.ones(1, 6, dtype=torch.float64)
+    )
+    torch.testing.assert_close(
         cort_weights(const, torch.ones(1, 6) > 0, CoRTConfig()), torch.ones(1, 6, dtype=torch.float64)
+    )
+
+
+@pytest.mark.parametrize(("scale", "most"), [(1e-4, 1e-3), (0.03, 0.05), (0.1, 0.12)])
+def test_contrasts_at_the_noise_level_give_near_uniform_weights(scale: float, most: float) -> None:
+    """The standardisation divides by sqrt(sd^2 + 0.5^2): contrasts of a few hundredths of a nat (noise) get
+    weights within a few percent of 1, where the plain sd made them as spread as a 3-nat response's; contrasts of
+    several nats are spread as before."""
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(16, 60, generator=gen, dtype=torch.float64)
+    valid = torch.ones(16, 60, dtype=torch.bool)
+
+    def spread(x: torch.Tensor, cfg: CoRTConfig) -> float:
+        return float(cort_weights(x, valid, cfg).std(-1, correction=0).mean())
+
+    big = spread(3.0 * noise, CoRTConfig())
+    assert big > 0.4 and big == pytest.approx(spread(3.0 * noise, CoRTConfig(sd_floor=0.0)), rel=0.05)
+    assert spread(scale * noise, CoRTConfig()) < most
+    assert spread(scale * noise, CoRTConfig(sd_floor=0.0)) == pytest.approx(
+        spread(3.0 * noise, CoRTConfig(sd_floor=0.0))
     )
 
 
@@ -354,6 +388,7 @@ def test_nonfinite_counterfactual_is_neutral_and_counted() -> None:
         {"ramp_end": 1.5},
         {"normalize": 1},
         {"standardize": "yes"},
+        {"sd_floor": -0.1},
         {"grpo": None},
     ],
 )

@@ -20,8 +20,8 @@ import creditgym  # noqa: F401
 from creditgym.envs import ENV_IDS, registered_ids
 from creditgym.envs.rubric import CRITERIA_HEADER, RubricEnv, criteria_block
 from creditgym.envs.rubric_tasks import PRESETS, ProceduralRubric, RubricTask, generate_task, load_jsonl
-from creditgym.verifiers._rubric_local import FIRST_SENTENCE_KEYWORD
 from creditgym.verifiers.rubric import Criterion, grade
+from creditgym.verifiers.rubric.local import FIRST_SENTENCE_KEYWORD
 
 _ENV = RubricEnv()
 

@@ -22,7 +22,7 @@ def _turn(env: SWEEnv, text: str) -> tuple:
 @pytest.fixture(scope="module")
 def tasks(docker_client, base_image):
     from creditgym.envs.swe_tasks import load_tasks
-    from creditgym.verifiers.swe_images import ensure_image
+    from creditgym.verifiers.swe.images import ensure_image
 
     tasks = load_tasks("bundled")
     for task in tasks:
@@ -106,8 +106,8 @@ def test_forking_is_for_fresh_episodes_only(env: SWEEnv) -> None:
 
 
 def test_tiny_model_plays_a_token_level_episode(tasks) -> None:
-    from creditgym.agents.policy import load_policy
-    from creditgym.agents.rollout import PolicyAgent, play
+    from creditgym.agents.train.policy import load_policy
+    from creditgym.agents.train.rollout import PolicyAgent, play
 
     env = gym.make(
         "creditgym/SWEBench-v0", tasks=tasks[:1], max_new_tokens=24, max_turns=2, max_episode_tokens=2048
@@ -139,8 +139,8 @@ def test_check_env_after_a_real_sandbox_episode(tasks) -> None:
 
 
 def test_the_trainer_runs_on_the_swe_env(tasks, tmp_path) -> None:
-    from creditgym.agents.config import TrainConfig
-    from creditgym.agents.trainer import Trainer
+    from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.trainer import Trainer
 
     cfg = TrainConfig(
         env_id="creditgym/SWEBench-v0",

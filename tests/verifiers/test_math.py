@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from creditgym.verifiers import _math_extract as ex
 from creditgym.verifiers.math import MathVerifier, verify, verify_many
+from creditgym.verifiers.math import extract as ex
 from creditgym.verifiers.verdict import STATUSES, Verdict
 
 PMATRIX = r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"
@@ -239,6 +239,23 @@ def test_unparseable_box_points_at_the_broken_box(verifier: MathVerifier) -> Non
 
 
 # ------------------------------------------------------------------------------------------------ golds and errors
+
+
+@pytest.mark.parametrize(
+    ("response", "status"),
+    [
+        (r"$\boxed{5?}$", "correct"),  # short: math-verify's own reading is kept
+        ("The answer is 5?", "correct"),
+        (
+            r"$\boxed{5 + (((?) @ #x ~~ 3^{[}) ? what is this even ???}$",
+            "unparseable",
+        ),  # long junk: not parsed
+    ],
+)
+def test_junk_is_not_handed_to_the_latex_parser_and_short_answers_keep_their_reading(
+    verifier: MathVerifier, response: str, status: str
+) -> None:
+    assert verifier.verify(response, "5").status == status
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from math_verify import LatexExtractionConfig, parse
 from math_verify import verify as mv_verify
 
-from creditgym.verifiers import _math_fast as fast
-from creditgym.verifiers import _math_worker as worker
+from creditgym.verifiers.math import fast, worker
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 

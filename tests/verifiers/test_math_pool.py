@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.verifiers import _forkserver
-from creditgym.verifiers._math_extract import TEST_HOOK_PREFIX as HOOK
-from creditgym.verifiers._pool import DeadlinePool, WorkerStartError
 from creditgym.verifiers.math import MathVerifier
+from creditgym.verifiers.math.extract import TEST_HOOK_PREFIX as HOOK
+from creditgym.verifiers.workers import forkserver as _forkserver
+from creditgym.verifiers.workers.pool import DeadlinePool, WorkerStartError
 
 
 def _alive(pid: int) -> bool:
@@ -42,6 +42,20 @@ def _wait_gone(pids: list[int], within: float = 5.0) -> list[int]:
             return []
         time.sleep(0.02)
     return [p for p in pids if _alive(p)]
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _wait_busy(pids: list[int], ticks: int = 20, within: float = 120.0) -> None:
+    """Wait until each of ``pids`` has used ``ticks`` more clock ticks of CPU: they are running, not starting."""
+    start = {p: _cpu_ticks(p) for p in pids}
+    deadline = time.monotonic() + within
+    while any(_cpu_ticks(p) - start[p] < ticks for p in pids):
+        assert time.monotonic() < deadline, "the workers never started spinning"
+        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -169,7 +183,7 @@ def test_a_target_that_cannot_be_imported_fails_fast_naming_the_module() -> None
 
 
 def test_a_target_function_that_does_not_exist_fails_fast_in_the_worker() -> None:
-    pool = DeadlinePool("creditgym.verifiers._math_worker:no_such_function", 1)
+    pool = DeadlinePool("creditgym.verifiers.math.worker:no_such_function", 1)
     with pool, pytest.raises(WorkerStartError, match="no_such_function"):
         pool.run(["a", "b"], timeout=1.0)
 
@@ -205,7 +219,7 @@ def test_a_worker_dying_before_it_is_ready_fails_the_first_call(
 def test_die_with_parent_kills_a_child_whose_parent_is_sigkilled(tmp_path: Path) -> None:
     middle = (
         "import functools, os, signal, subprocess, sys, time\n"
-        "from creditgym.verifiers._process import die_with_parent\n"
+        "from creditgym.verifiers.workers.process import die_with_parent\n"
         "hook = functools.partial(die_with_parent, signal.SIGTERM, parent_pid=os.getpid())\n"
         "child = subprocess.Popen(['sleep', '600'], preexec_fn=hook)\n"
         "print(child.pid, flush=True)\n"
@@ -264,7 +278,7 @@ def test_workers_die_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
         "import os, sys\n"
         "os.environ['CREDITGYM_TEST_HOOKS'] = '1'\n"
         "from creditgym.verifiers.math import MathVerifier\n"
-        "from creditgym.verifiers._math_extract import TEST_HOOK_PREFIX as HOOK\n"
+        "from creditgym.verifiers.math.extract import TEST_HOOK_PREFIX as HOOK\n"
         "if __name__ == '__main__':\n"
         "    v = MathVerifier(2)\n"
         "    v.verify('1', '1')\n"
@@ -276,7 +290,7 @@ def test_workers_die_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
         assert owner.stdout is not None
         pids = [int(p) for p in owner.stdout.readline().split()]
         assert len(pids) == 2
-        time.sleep(0.5)  # both workers are now spinning in pure Python, with no pool to stop them
+        _wait_busy(pids)  # both workers are now spinning in pure Python, with no pool to stop them
     finally:
         owner.kill()
         owner.wait()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from creditgym.verifiers import Verdict
-from creditgym.verifiers._rubric_ifeval import IFEVAL_IDS
 from creditgym.verifiers.rubric import Criterion, describe, grade, known_ids, register_checker, worker_pids
+from creditgym.verifiers.rubric.ifeval import IFEVAL_IDS
 
 # id -> (kwargs, a passing response, a failing response)
 CASES: dict[str, tuple[dict[str, Any], str, str]] = {
@@ -231,7 +231,7 @@ def test_a_checker_past_its_own_regex_time_limit_is_a_timeout_not_an_infra_error
     hide behind. Here the limit is made tiny, in this process, so that it is hit every time."""
     import nltk.redos
 
-    from creditgym.verifiers import _rubric_ifeval
+    from creditgym.verifiers.rubric import ifeval as _rubric_ifeval
 
     monkeypatch.setattr(nltk.redos, "DEFAULT_TIMEOUT", 1e-9)
     kwargs = json.dumps(CASES["change_case:capital_word_frequency"][0])

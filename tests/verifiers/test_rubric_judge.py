@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from creditgym.verifiers import _rubric_judge
-from creditgym.verifiers.chat_client import EndpointError, chat_completion
 from creditgym.verifiers.rubric import Criterion, grade
+from creditgym.verifiers.rubric import judge as _rubric_judge
+from creditgym.verifiers.rubric.chat_client import EndpointError, chat_completion
 
 
 def _literal_judge(user_turn: str) -> str:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from creditgym.verifiers._rubric_local import FIRST_SENTENCE_KEYWORD, first_sentence, first_sentence_keyword
 from creditgym.verifiers.rubric import Criterion, describe, grade, known_ids
+from creditgym.verifiers.rubric.local import FIRST_SENTENCE_KEYWORD, first_sentence, first_sentence_keyword
 
 
 def _check(text: str, keyword: str = "cat") -> tuple[float, tuple[int, int] | None]:

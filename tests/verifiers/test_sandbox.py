@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.verifiers import docker_sandbox as sandbox_module
-from creditgym.verifiers._docker import FrameReader as _FrameReader
-from creditgym.verifiers._docker import HeadTail as _HeadTail
-from creditgym.verifiers._lifecycle import owner_dead as _owner_dead
-from creditgym.verifiers.sandbox import (
+from creditgym.verifiers.swe import docker_sandbox as sandbox_module
+from creditgym.verifiers.swe.engine import FrameReader as _FrameReader
+from creditgym.verifiers.swe.engine import HeadTail as _HeadTail
+from creditgym.verifiers.swe.lifecycle import owner_dead as _owner_dead
+from creditgym.verifiers.swe.sandbox import (
     LABEL,
     OWNER_LABEL,
     DiffError,
@@ -260,7 +260,7 @@ signal.signal(signal.SIGTERM, mine)
 """
 CHILD_START = """
 import sys, time
-from creditgym.verifiers.sandbox import DockerSandbox
+from creditgym.verifiers.swe.sandbox import DockerSandbox
 box = DockerSandbox({image!r}, labels={labels!r})
 print(box.container_id, flush=True)
 """
@@ -323,7 +323,9 @@ def test_background_jobs_end_with_their_command(box: DockerSandbox) -> None:
     res = box.exec("sleep 1001 & echo started", timeout=30)
     assert res.exit_code == 0 and not res.timed_out and res.output == "started\n" and res.seconds < 5
     # Only a new session outlives its command (a server, say); at the deadline even that is killed.
-    res = box.exec("setsid sh -c 'echo $$ > /tmp/daemon.pid; exec sleep 1002' >/dev/null 2>&1 & sleep 0.3")
+    daemon = "setsid sh -c 'echo $$ > /tmp/daemon.pid; exec sleep 1002' >/dev/null 2>&1 &"
+    started = "until grep -qs 1002 /proc/$(cat /tmp/daemon.pid 2>/dev/null)/cmdline; do sleep 0.05; done"
+    res = box.exec(f"{daemon} {started}")  # waits until the daemon is sleep 1002, however long that takes
     assert res.exit_code == 0
     res = box.exec("setsid -w sleep 1003", timeout=1)
     assert res.timed_out and res.seconds < 6

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from creditgym.envs.swe_tasks import BUNDLED_TASKS, load_tasks, scan_tasks
-from creditgym.verifiers.swebench import (
+from creditgym.verifiers.swe.grading import (
     TASK_LABEL,
     SandboxError,
     SWETask,
@@ -245,7 +245,7 @@ def test_gold_resolves_and_empty_does_not(self_checks, instance_id: str) -> None
 
 @pytest.mark.docker
 def test_images_are_labelled_at_the_base_commit(bundled, docker_client) -> None:
-    from creditgym.verifiers.sandbox import LABEL, DockerSandbox
+    from creditgym.verifiers.swe.sandbox import LABEL, DockerSandbox
 
     assert set(check_images(bundled, docker_client).values()) == {"present"}
     for task in bundled:
@@ -384,7 +384,7 @@ def test_failed_build_carries_the_log_tail(bundled, docker_client, tmp_path: Pat
 @pytest.mark.docker
 def test_cli_images_build_check_clean(bundled, docker_client, base_image, tmp_path: Path, capsys) -> None:
     from creditgym.cli import main
-    from creditgym.verifiers.sandbox import LABEL
+    from creditgym.verifiers.swe.sandbox import LABEL
 
     assert main(["images", "check"]) == 0
     out = capsys.readouterr().out
@@ -620,7 +620,7 @@ def test_a_patch_over_the_limit_is_refused_before_docker(monkeypatch: pytest.Mon
 
 @pytest.mark.docker
 def test_tests_that_fill_the_disk_are_stopped(bundled, docker_client) -> None:
-    from creditgym.verifiers.swebench import grading_config
+    from creditgym.verifiers.swe.grading import grading_config
 
     task = _task("creditgym__spans-1")
     hog = _edit(
@@ -666,7 +666,7 @@ def test_canaries_under_pytest_and_unittest(tmp_path: Path, runner: str, hacked:
 
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    from creditgym.verifiers._swe_integrity import canary_outcome, canary_source
+    from creditgym.verifiers.swe.integrity import canary_outcome, canary_source
 
     token = "0123456789abcdef"
     (tmp_path / "pkg").mkdir()

@@ -1,0 +1,138 @@
+"""How far A* can be trusted: its split-half reliability, the attainable correlation, and the K a target needs.
+
+The ``K`` continuations of every probed prefix split into two halves; the two A* estimates they give are
+correlated (within responses, Spearman; pooled, Pearson) and corrected to ``K`` with Spearman-Brown::
+
+    reliability = 2 r / (1 + r)            attainable = sqrt(max(reliability, 0))
+
+A module's correlation with a noisy A* is at most about the attainable correlation (the correlation of A* with
+the value it estimates). Both come with 95% percentile bootstrap intervals over responses; a percentile interval
+carries over any increasing transform, so the attainable interval is the reliability's, square-rooted.
+
+K grows until the within-response reliability's lower bound reaches ``target``: it doubles, or jumps to the K
+that Spearman-Brown's prophecy ``n r / (1 + (n - 1) r)``, applied to the lower bound, projects (`needed_k`). When
+that K exceeds ``max_k``, or the lower bound and the point estimate are both at or below 0, the probe stops with
+`ProbeRefused`, saying which K it would need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from creditgym.agents.probe.progress import say
+from creditgym.agents.probe.report import bootstrap_figures, response_ingredients
+from creditgym.agents.providers.mc import MCEstimate
+
+__all__ = ["ProbeRefused", "grow_until_reliable", "needed_k", "next_k", "refusal", "reliability"]
+
+CORRELATIONS = ("spearman", "pearson")
+
+
+class ProbeRefused(ValueError):
+    """A* cannot support the figures asked for (its reliability stays below the target within the budget)."""
+
+
+def reliability(est: MCEstimate, *, n_boot: int, seed: int) -> dict[str, dict[str, Any]]:
+    """A*'s split-half reliability, Spearman-Brown corrected to ``est.k``: ``{"spearman", "pearson"}``, each
+    ``{"value", "ci"}`` (bootstrap over responses; the resamples of `bootstrap_figures` with this seed)."""
+    half_a, half_b = est.split_half()
+    figs = bootstrap_figures(
+        [response_ingredients(half_b, half_a)], n_boot=n_boot, seed=seed, split_half=True
+    )
+    return {key: figs[0][key] for key in CORRELATIONS}
+
+
+def needed_k(k: int, lower: float, target: float) -> int | None:
+    """The even K whose Spearman-Brown projection of ``lower`` (a reliability at ``k``) reaches ``target``;
+    None when ``lower <= 0`` (nothing to project)."""
+    if lower <= 0:
+        return None
+    if lower >= target:
+        return k
+    n = target * (1 - lower) / (lower * (1 - target))
+    return 2 * math.ceil(k * n / 2)
+
+
+def next_k(k: int, lower: float | None, value: float | None, target: float, max_k: int) -> int | None:
+    """The K of the next round, at most ``max_k``: double, or the K projected from the lower bound when larger;
+    with a lower bound at or below 0 and a positive point estimate (too few continuations to bound it), double.
+    None when the projection exceeds ``max_k``, or nothing suggests any K reaches the target (`refusal`)."""
+    if lower is None or value is None:
+        return None
+    need = needed_k(k, lower, target) if lower > 0 else (2 * k if value > 0 else None)
+    if need is None or need > max_k:
+        return None
+    return min(max_k, max(2 * k, need))
+
+
+def refusal(k: int, rel: Mapping[str, Any], target: float, max_k: int, *, rollouts_per_k: int) -> str:
+    """Why the probe stops at ``k``: the reliability, and the K the target needs (or why none can be named)."""
+    value, ci = rel["value"], rel["ci"]
+    if value is None:
+        return (
+            "A* is constant within every response (each is one probed step: no response holds the step "
+            "delimiter), so no within-response figure is defined: probe at positions the responses hold "
+            "(--every N, or a --delimiter that ends their steps)"
+        )
+    got = f"A*'s within-response reliability at K = {k} is {value:.3f}" + (
+        f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    )
+    lower = ci[0] if ci else value
+    need = needed_k(k, lower, target)
+    if need is None:
+        hint = needed_k(k, value, target)
+        at_least = f"; from its point estimate, at least K = {hint}" if hint is not None else ""
+        why = (
+            f"its lower bound {lower:.3f} is at or below 0, so Spearman-Brown projects no K that reaches the "
+            f"target {target:g}{at_least}. More responses (--prompts, --group) narrow the interval; a task or "
+            "checkpoint where the model is middling gives A* more signal"
+        )
+    else:
+        more = (need - k) * rollouts_per_k
+        why = (
+            f"its lower bound {lower:.3f} is below the target {target:g}, and Spearman-Brown projects K = {need} "
+            f"to reach it, above --max-k {max_k}: raise --max-k to {need} (about {more} more rollouts)"
+        )
+    return f"{got}: {why}, or lower --target. No figure is reported from an A* that cannot support it."
+
+
+def grow_until_reliable(
+    est: MCEstimate,
+    sample: Callable[[MCEstimate, str], Any],
+    rounds: list[dict[str, Any]],
+    *,
+    target: float | None,
+    max_k: int,
+    n_boot: int,
+    seed: int,
+    reused: bool = False,
+) -> None:
+    """Sample ``est`` (``sample(est, what)`` fills its missing columns), then double K (or jump to the projected
+    K) until the within-response reliability's lower bound reaches ``target``; each round's K, rollouts and
+    reliability appended to ``rounds``. ``reused``: ``est`` is complete and cannot grow (a reused A*).
+
+    Raises:
+        ProbeRefused: the target needs a K above ``max_k``, or none can be projected (`refusal` says which).
+    """
+    while True:
+        if not reused:
+            sample(est, f"K = {est.k}")
+        rel = reliability(est, n_boot=n_boot, seed=seed)["spearman"]
+        rounds.append({"k": est.k, "rollouts": est.total, "reliability": rel})
+        value, ci = rel["value"], rel["ci"]
+        lower = ci[0] if ci else None
+        shown = "n/a" if value is None else f"{value:.3f}" + (f" (lower bound {lower:.3f})" if ci else "")
+        if target is None or (lower is not None and lower >= target):
+            reached = "" if target is None else f", at or above the target {target:g}"
+            say(f"K = {est.k}: A*'s within-response reliability {shown}{reached}")
+            return
+        k_next = None if reused else next_k(est.k, lower, value, target, max_k)
+        if k_next is None:
+            why = refusal(est.k, rel, target, max_k, rollouts_per_k=est.total // est.k)
+            raise ProbeRefused(why + (" (--reuse keeps the saved A*: its K cannot grow)" if reused else ""))
+        say(
+            f"K = {est.k}: A*'s within-response reliability {shown}, below the target {target:g}: K -> {k_next}"
+        )
+        est.grow(k_next)

@@ -1,0 +1,128 @@
+"""The powered study's verdict per module at a glance (issue 14): one row per module on its home task, with the
+paired difference to `grpo` at the end of training, the probe's figures during training beside it, and the same
+module on the easy control. Every cell is read from a committed ``verdict.json`` (studies/scripts/verdict.py);
+nothing is computed here that the parts of the study do not already show.
+
+    python studies/scripts/headline.py --out studies/results/headline.md
+
+`ROWS` names, for each row, the study (a folder of studies/results with a ``verdict.json``) whose verdict row it
+quotes, the folder whose probes during training it quotes (None where the module was not probed during training
+on that task), and the entry's name on the easy control (None where it did not run there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from verdict import estimate  # studies/scripts/verdict.py, beside this script
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "studies" / "results"
+EASY = "study-easy"
+LINKS = "study-chains/vine-links-pooled"
+CONTROLS = "study-chains/controls-pooled"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One module on its home task: ``entry`` in the verdict of ``study`` and in the probes of ``probed``."""
+
+    entry: str
+    task: str
+    study: str
+    probed: str | None
+    easy: str | None
+
+
+#: The modules on their home tasks (the chains for `cast`, `compo`, `pact` and `vine`, the hard rubric for
+#: `cort`), the baselines beside `grpo` on the chains, then the ablations and controls of issue 14 (CAST without
+#: its flips and with the snapshot teacher; CompPO's standard critic, shuffled gate and GAE at the gate's mean
+#: lambda; PACT's probe critic and PACT without IS); each at the largest pool of seeds the study has.
+ROWS: tuple[Row, ...] = (
+    Row("cast", "chains", "study-chains", "study-chains/probed-pooled", "cast"),
+    Row("compo", "chains", "study-chains", "study-chains/probed-pooled", "compo"),
+    Row("pact", "chains", "study-chains", "study-chains/probed-pooled", "pact"),
+    Row('vine:delimiter=";"', "chains", LINKS, LINKS, None),
+    Row("vine:every=16", "chains", CONTROLS, None, None),
+    Row("vine", "chains", CONTROLS, "study-chains/probed", "vine"),
+    Row("cort", "hard rubric", "study-hard/pooled0-19", "study-hard/probed", "cort"),
+    Row("rloo", "chains", CONTROLS, None, "rloo"),
+    Row("gae", "chains", CONTROLS, None, "gae"),
+    Row("cast:flip=false", "chains", CONTROLS, None, "cast:flip=false"),
+    Row("cast:teacher=snapshot", "chains", CONTROLS, None, "cast:teacher=snapshot"),
+    Row("compo:critic=standard", "chains", CONTROLS, None, None),
+    Row("compo:gate=shuffled", "chains", CONTROLS, None, None),
+    Row("gae:lam=0.865", "chains", CONTROLS, None, None),
+    Row("pact:critic=probe", "chains", CONTROLS, None, None),
+    Row("pact:without_is=true", "chains", CONTROLS, None, None),
+)
+
+
+@cache
+def _verdict(study: str) -> dict[str, Any]:
+    return json.loads((RESULTS / study / "verdict.json").read_text())
+
+
+def verdict_row(study: str, entry: str) -> Mapping[str, Any]:
+    """The verdict row of ``entry`` in ``study``'s ``verdict.json``.
+
+    Raises:
+        KeyError: the study has no verdict row for that entry.
+    """
+    for row in _verdict(study)["rows"]:
+        if row["entry"] == entry:
+            return row
+    raise KeyError(f"{study}/verdict.json has no row for {entry!r}")
+
+
+def probe_cell(probed: str | None, entry: str) -> str:
+    """The within-response Spearman with A* of ``entry`` at each step it was probed during training, mean over
+    the probed seeds: ``+0.027 / -0.004 / +0.016 (4 seeds)``, or ``not probed during training``."""
+    if probed is None:
+        return "not probed during training"
+    rows = [r for r in _verdict(probed)["probes"] if r["entry"] == entry]
+    if not rows:
+        raise KeyError(f"{probed}/verdict.json has no probe rows for {entry!r}")
+    figures = " / ".join("n/a" if r["spearman"] is None else f"{r['spearman']:+.3f}" for r in rows)
+    seeds = len(rows[0]["seeds"])
+    return f"{figures} ({seeds} seed{'s' if seeds != 1 else ''})"
+
+
+def headline_markdown(rows: Sequence[Row] = ROWS) -> str:
+    """The table (Markdown): per row, the verdict of its study, the probes during training and the easy control."""
+    lines = [
+        "| entry | home task | seeds paired | Δ vs `grpo` at step 60 (95% interval) | MDE | verdict "
+        "| within-response Spearman with A* during training, steps 0 / 30 / 60 "
+        "| easy control: Δ vs `grpo` (6 seeds) | folder |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for row in rows:
+        v = verdict_row(row.study, row.entry)
+        e = None if row.easy is None else verdict_row(EASY, row.easy)
+        easy = "not run" if e is None else estimate(e["diff"], e["ci95"])
+        lines.append(
+            f"| `{row.entry}` | {row.task} | {len(v['seeds'])} | {estimate(v['diff'], v['ci95'])} | {v['mde']:.3f} "
+            f"| {v['verdict']} | {probe_cell(row.probed, row.entry)} | {easy} | `{row.study}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the table here too")
+    args = parser.parse_args(argv)
+    table = headline_markdown()
+    print(table, end="")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table)
+
+
+if __name__ == "__main__":
+    main()

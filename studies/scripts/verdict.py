@@ -1,0 +1,309 @@
+"""The verdict per module of a `creditgym compare` study (issue 14): better, same or worse than the baseline, from
+the study's own numbers, with what the probe measured on the same task beside it.
+
+    python studies/scripts/verdict.py --study studies/results/study-chains \\
+        --probe studies/results/probe/chains-tiny-after/probe.json --out studies/results/study-chains/verdict.md
+
+With ``--out``, ``curve.md`` beside it holds the paired difference at every held-out step of the curves
+(`curve_rows`); for a study run with ``--probe-every``, ``probes.md`` holds each module's probe figures at every
+probed step (`probe_rows`); and ``verdict.json`` keeps the tables' rows and the probe file quoted (relative to the
+repository). ``--study`` given more than once pools the studies' runs first (`pool`): a study and its follow-ups
+at other seeds give one verdict over all their seeds, and ``verdict.json`` names the folders it pooled.
+
+Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
+scores, its 95% t-interval, and the minimum detectable effect (80% power, 5% two-sided) that the differences'
+own spread gives (`creditgym.agents.study.stats.min_detectable_effect`). The verdict reads the interval only:
+``better`` when it lies above 0, ``worse`` when below, else ``no difference resolved``. "Same" is never claimed:
+an interval holding 0 says only that an effect beyond it was not there to see.
+
+The probe columns are the module's within-response Spearman and pooled Pearson correlation with the Monte-Carlo
+advantage A*, measured by `creditgym probe` on a batch of the same task at step 0 (the same model the study starts
+from), each with its bootstrap 95% interval; ``grpo``'s row is the bar a token-level module must beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from creditgym.agents.study.results import FINISHED, upgrade_results
+from creditgym.agents.study.stats import mean, min_detectable_effect, sample_sd, t_interval
+
+ROOT = Path(__file__).resolve().parents[2]
+BETTER, WORSE, UNRESOLVED = "better", "worse", "no difference resolved"
+
+
+def paired(
+    results: Mapping[str, Any], value: Callable[[Mapping[str, Any]], Any]
+) -> Iterator[tuple[str, list[int], dict[int, Any], dict[int, Any]]]:
+    """Per non-baseline entry of a study's results (current form): the seeds where both it and the baseline
+    finished with a ``value`` (not None), and that value of each run by seed, the entry's and the baseline's."""
+
+    def by_seed(entry: str) -> dict[int, Any]:
+        runs = (r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED)
+        return {r["seed"]: v for r in runs if (v := value(r)) is not None}
+
+    base = by_seed(results["baseline"])
+    for entry in results["config"]["entries"]:
+        if entry != results["baseline"]:
+            mine = by_seed(entry)
+            yield entry, sorted(set(mine) & set(base)), mine, base
+
+
+def pool(studies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One study's results (current form) from several studies of the same task and settings, such as a study and
+    its follow-ups at other seeds: every run once, the entries in first-seen order, the seeds sorted.
+
+    A (entry, seed) run found in two studies (``grpo``, rerun as each follow-up's baseline) is kept once, and must
+    be the same run: the same config hash and held-out curve.
+
+    Raises:
+        ValueError: no study, a study with another baseline or other shared settings (``config.train``), or an
+            (entry, seed) whose runs differ between studies.
+    """
+    if not studies:
+        raise ValueError("pool: no study given")
+    upgraded = [upgrade_results(r) for r in studies]
+    first = upgraded[0]
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    entries: dict[str, None] = {}
+    for i, results in enumerate(upgraded):
+        if results["baseline"] != first["baseline"]:
+            raise ValueError(
+                f"pool: study {i} has baseline {results['baseline']!r}, study 0 has {first['baseline']!r}"
+            )
+        if results["config"]["train"] != first["config"]["train"]:
+            raise ValueError(
+                f"pool: study {i} was run with other settings: {results['config']['train']} against study 0's "
+                f"{first['config']['train']}"
+            )
+        entries.update(dict.fromkeys(results["config"]["entries"]))
+        for run in results["runs"]:
+            key = (run["entry"], run["seed"])
+            seen = runs.setdefault(key, run)
+            if (seen["config_hash"], seen["curve"]) != (run["config_hash"], run["curve"]):
+                raise ValueError(
+                    f"pool: {run['entry']} seed {run['seed']} differs between studies (config hash or curve)"
+                )
+    config = {**first["config"], "entries": list(entries), "seeds": sorted({seed for _, seed in runs})}
+    partial = any(r["partial"] for r in upgraded)
+    return {**first, "config": config, "runs": list(runs.values()), "partial": partial}
+
+
+def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per non-baseline entry of a study's results (either form): its paired difference to the baseline
+    over the seeds both finished, the 95% interval, the MDE and the verdict (None for fewer than 2 pairs)."""
+    rows = []
+    for entry, seeds, mine, base in paired(upgrade_results(results), lambda r: r["final"]):
+        diffs = [mine[s] - base[s] for s in seeds]
+        ci = t_interval(diffs)
+        sd = sample_sd(diffs) if ci else None
+        verdict = None if ci is None else BETTER if ci[0] > 0 else WORSE if ci[1] < 0 else UNRESOLVED
+        rows.append(
+            {
+                "entry": entry,
+                "seeds": seeds,
+                "diff": mean(diffs) if diffs else None,
+                "ci95": list(ci) if ci else None,
+                "sd": sd,
+                "mde": None if sd is None else min_detectable_effect(sd, len(diffs)),
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per non-baseline entry and held-out step after 0: the paired difference to the baseline at that step of
+    the curve, over the seeds where both finished, with its 95% t-interval (None for fewer than 2 pairs).
+
+    Step 0 is left out: every run of a study starts from the same model, so its difference is 0 by construction.
+    """
+
+    def curve(run: Mapping[str, Any]) -> dict[int, float]:
+        return {int(step): v for step, v in run["curve"]}
+
+    rows = []
+    for entry, seeds, mine, base in paired(upgrade_results(results), curve):
+        steps = sorted(set.intersection(*(set(mine[s]) & set(base[s]) for s in seeds)) - {0}) if seeds else []
+        for step in steps:
+            diffs = [mine[s][step] - base[s][step] for s in seeds]
+            ci = t_interval(diffs)
+            rows.append(
+                {
+                    "entry": entry,
+                    "step": step,
+                    "seeds": seeds,
+                    "diff": mean(diffs),
+                    "ci95": list(ci) if ci else None,
+                }
+            )
+    return rows
+
+
+def estimate(value: float, ci: Sequence[float] | None) -> str:
+    """A figure as the tables print it (here and in headline.py): ``+0.123``, with ``[lo, hi]`` after it when it has an interval."""
+    return f"{value:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
+
+def curve_markdown(results: Mapping[str, Any]) -> str:
+    """The table (Markdown) of `curve_rows`: one row per entry, one column per held-out step."""
+    rows = curve_rows(results)
+    baseline = upgrade_results(results)["baseline"]
+    steps = sorted({row["step"] for row in rows})
+    lines = [
+        "| entry | seeds paired | " + " | ".join(f"Δ vs `{baseline}` at step {s}" for s in steps) + " |",
+        "|---|---:|" + "---:|" * len(steps),
+    ]
+    for entry in dict.fromkeys(row["entry"] for row in rows):
+        mine = {row["step"]: row for row in rows if row["entry"] == entry}
+        cells = []
+        for step in steps:
+            row = mine.get(step)
+            cells.append("" if row is None else estimate(row["diff"], row["ci95"]))
+        seeds = len(next(iter(mine.values()))["seeds"])
+        lines.append(f"| `{entry}` | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+#: The figures a run with ``probe_every`` logs (`creditgym.agents.probe.run.probe_metrics`), in the table's order.
+PROBED = ("spearman", "pearson", "decisive_share", "ceiling_spearman", "ceiling_pearson")
+#: The module's own figures of `PROBED`, given with their 95% t-interval across seeds (``<name>_ci95``).
+WITH_INTERVAL = ("spearman", "pearson")
+
+
+def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per entry and probed step of a study run with ``--probe-every``: each figure of `PROBED`, averaged over the
+    entry's finished runs that logged it at that step (None where none did), and the seeds averaged; each figure
+    of `WITH_INTERVAL` also with the 95% t-interval of that mean across the runs (None for fewer than 2).
+
+    A probe scores a batch of the run's own policy at that step, so each run's ceiling (A*'s split-half
+    reliability) is its own; the table keeps the ceiling beside the figures it bounds.
+    """
+    results = upgrade_results(results)
+    rows = []
+    for entry in results["config"]["entries"]:
+        runs = [r for r in results["runs"] if r["entry"] == entry and r["status"] == FINISHED]
+        by_step: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
+        for run in runs:
+            for probed in run["probe"]:
+                by_step.setdefault(int(probed["step"]), []).append((run["seed"], probed["figures"]))
+        for step, logged in sorted(by_step.items()):
+            row: dict[str, Any] = {"entry": entry, "step": step, "seeds": sorted(seed for seed, _ in logged)}
+            for name in PROBED:
+                values = [v for _, figures in logged if (v := figures.get(name)) is not None]
+                row[name] = mean(values) if values else None
+                if name in WITH_INTERVAL:
+                    ci = t_interval(values)
+                    row[f"{name}_ci95"] = list(ci) if ci else None
+            rows.append(row)
+    return rows
+
+
+def probe_markdown(results: Mapping[str, Any]) -> str:
+    """The table (Markdown) of `probe_rows`: one row per entry and probed step (empty where nothing was probed),
+    each figure of `WITH_INTERVAL` with its interval across seeds where there is one."""
+    rows = probe_rows(results)
+    if not rows:
+        return ""
+    lines = [
+        "| entry | step | seeds | within-response Spearman with A* | pooled Pearson with A* | decisive-token share "
+        "| ceiling: A* split-half Spearman | ceiling: A* split-half Pearson |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        cells = ["" if row[name] is None else estimate(row[name], row.get(f"{name}_ci95")) for name in PROBED]
+        lines.append(
+            f"| `{row['entry']}` | {row['step']} | {len(row['seeds'])} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def probe_figures(probe: Mapping[str, Any], entry: str) -> dict[str, Any] | None:
+    """The probe's Spearman and Pearson figures of ``entry`` (its label in the probe), or None if not probed."""
+    scores = probe["modules"].get(entry)
+    return None if scores is None else {k: scores[k] for k in ("spearman", "pearson")}
+
+
+def _fig(figure: Mapping[str, Any] | None) -> str:
+    if not figure or figure["value"] is None:
+        return "not probed"
+    return estimate(figure["value"], figure["ci"])
+
+
+def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> str:
+    """The verdict table (Markdown) of `verdict_rows`, with the probe's figures when ``probe`` is given."""
+    results = upgrade_results(results)
+    rows = verdict_rows(results)
+    baseline = results["baseline"]
+    head = f"| entry | seeds paired | Δ vs `{baseline}` (95% interval) | MDE | verdict |"
+    rule = "|---|---:|---:|---:|---|"
+    if probe is not None:
+        head += " probe: within-response Spearman with A* | probe: pooled Pearson with A* |"
+        rule += "---:|---:|"
+        figures = probe_figures(probe, baseline) or {}
+        base_row = f"| `{baseline}` | | baseline | | | {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
+    lines = [head, rule] + ([base_row] if probe is not None else [])
+    for row in rows:
+        if row["verdict"] is None:
+            cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | |"
+        else:
+            cells = (
+                f"| `{row['entry']}` | {len(row['seeds'])} | {estimate(row['diff'], row['ci95'])} "
+                f"| {row['mde']:.3f} | {row['verdict']} |"
+            )
+        if probe is not None:
+            figures = probe_figures(probe, row["entry"]) or {}
+            cells += f" {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
+        lines.append(cells)
+    return "\n".join(lines) + "\n"
+
+
+def _repo_path(path: Path) -> str:
+    return path.resolve().relative_to(ROOT).as_posix()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--study",
+        type=Path,
+        action="append",
+        required=True,
+        help="a compare study folder (its results.json); repeated, the studies' runs are pooled (`pool`)",
+    )
+    parser.add_argument("--probe", type=Path, help="a probe.json of the same task at step 0")
+    parser.add_argument("--out", type=Path, help="write the table here too")
+    args = parser.parse_args(argv)
+    for study in args.study:
+        if not (study / "results.json").is_file():
+            parser.error(f"--study {study}: no results.json there")
+    try:  # one study pools to itself, in the current form
+        results = pool([json.loads((study / "results.json").read_text()) for study in args.study])
+    except ValueError as e:
+        parser.error(str(e))
+    probe = json.loads(args.probe.read_text()) if args.probe else None
+    table, curve, probed = verdict_markdown(results, probe), curve_markdown(results), probe_markdown(results)
+    print(table, curve, probed, sep="\n", end="")
+    if args.out:  # the tables, and beside them the rows and probe they quote (what the tests check)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table)
+        args.out.with_name("curve.md").write_text(curve)
+        if probed:
+            args.out.with_name("probes.md").write_text(probed)
+        probe_path = None if args.probe is None else _repo_path(args.probe)
+        record = {
+            "studies": [_repo_path(study) for study in args.study] if len(args.study) > 1 else None,
+            "probe": probe_path,
+            "rows": verdict_rows(results),
+            "curve": curve_rows(results),
+            "probes": probe_rows(results),
+        }
+        args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""SWE tasks: the sandbox contract and its Docker implementation, task images, and grading with swebench."""
