@@ -70,6 +70,57 @@ def t_interval(xs: Sequence[float]) -> tuple[float, float] | None:
     return (m - half, m + half)
 
 
+def t_pvalue(t: float, df: int) -> float:
+    """The two-sided p-value ``P(|T| >= |t|)`` of Student's t with integer ``df`` (the closed series of Abramowitz
+    and Stegun 26.7.3-4, exact for integer ``df``).
+
+    Raises:
+        ValueError: ``df < 1``.
+    """
+    if df < 1:
+        raise ValueError(f"t_pvalue: df must be >= 1, got {df}")
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2.4/3.5 cos^4 + ...)), the sum empty at df = 1
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        inside = 2.0 / math.pi * (theta + s * math.cos(theta) * total)
+    else:  # even: sin (1 + 1/2 cos^2 + 1.3/2.4 cos^4 + ...)
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = s * total
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def paired_t_pvalue(xs: Sequence[float]) -> float | None:
+    """The two-sided p-value of a one-sample t-test of ``mean(xs) = 0`` (``xs``: paired differences); 0 for
+    differences all equal and non-zero, 1 for all zero, None for fewer than 2."""
+    if len(xs) < 2:
+        return None
+    m, s = mean(xs), sample_sd(xs)
+    if s == 0.0:
+        return 1.0 if m == 0.0 else 0.0
+    return t_pvalue(m / (s / math.sqrt(len(xs))), len(xs) - 1)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: for the ``i``-th smallest of ``m``,
+    ``max over j <= i of min(1, (m - j + 1) p_(j))``. A hypothesis is rejected at familywise level ``a`` when its
+    adjusted p-value is below ``a``."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def paired_difference(
     xs: Mapping[int, float], base: Mapping[int, float]
 ) -> tuple[float | None, tuple[float, float] | None, int]:

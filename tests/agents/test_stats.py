@@ -11,9 +11,12 @@ from creditgym.agents.study.stats import (
     Pilot,
     binomial_sd,
     curve_stats,
+    holm,
     mean,
     paired_difference,
+    paired_t_pvalue,
     t_interval,
+    t_pvalue,
     t_quantile,
     within_task_variance,
 )
@@ -169,3 +172,25 @@ def test_a_measured_within_task_variance_replaces_the_binomial() -> None:
     assert pilot.diff_sd(2000) > HAND.diff_sd(2000)  # the binomial bound projects more optimistically
     with pytest.raises(ValueError, match="within must be >= 0"):
         Pilot(finals=(0.4, 0.5), eval_episodes=10, within=-1.0)
+
+
+def test_t_pvalue_matches_scipy_for_odd_and_even_df() -> None:
+    for df in (1, 2, 3, 4, 5, 8, 19, 40):
+        for t in (0.0, 0.3, 1.0, 2.5, -4.0, 12.0):
+            assert t_pvalue(t, df) == pytest.approx(2 * sp.t.sf(abs(t), df), abs=1e-12), (t, df)
+    with pytest.raises(ValueError, match="df must be >= 1"):
+        t_pvalue(1.0, 0)
+
+
+def test_paired_t_pvalue_is_scipys_one_sample_test() -> None:
+    xs = [0.1, 0.12, 0.09, -0.01]
+    assert paired_t_pvalue(xs) == pytest.approx(sp.ttest_1samp(xs, 0.0).pvalue, rel=1e-10)
+    assert paired_t_pvalue([0.1]) is None
+    assert (paired_t_pvalue([0.0, 0.0]), paired_t_pvalue([0.2, 0.2])) == (1.0, 0.0)
+
+
+def test_holm_by_hand() -> None:
+    # sorted 0.01, 0.02, 0.04, 0.30 times 4, 3, 2, 1 -> 0.04, 0.06, 0.08, 0.30, each at least the one before
+    assert holm([0.04, 0.01, 0.30, 0.02]) == pytest.approx([0.08, 0.04, 0.30, 0.06])
+    assert holm([0.5, 0.4]) == pytest.approx([0.8, 0.8])  # (2 x 0.4, max(0.8, 0.5)): never below an earlier one
+    assert holm([0.9, 0.6]) == [1.0, 1.0] and holm([]) == []
