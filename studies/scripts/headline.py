@@ -1,7 +1,8 @@
 """The powered study's verdict per module at a glance (issue 14): one row per module on its home task, with the
 paired difference to `grpo` at the end of training, the probe's figures during training beside it, and the same
-module on the easy control. Every cell is read from a committed ``verdict.json`` (studies/scripts/verdict.py);
-nothing is computed here that the parts of the study do not already show.
+module on the easy control. Every difference, interval and MDE is read from a committed ``verdict.json``
+(studies/scripts/verdict.py); the verdicts are Holm's correction over the family this table shows (its home-task
+rows), from the p-values those files keep, so a row's verdict can differ from its study's table.
 
     python studies/scripts/headline.py --out studies/results/headline.md
 
@@ -20,7 +21,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from verdict import estimate  # studies/scripts/verdict.py, beside this script
+from verdict import ALPHA, estimate, p_cell, verdict_of  # studies/scripts/verdict.py, beside this script
+
+from creditgym.agents.study.stats import holm
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "studies" / "results"
@@ -94,23 +97,58 @@ def probe_cell(probed: str | None, entry: str) -> str:
     return f"{figures} ({seeds} seed{'s' if seeds != 1 else ''})"
 
 
+def headline_verdicts(rows: Sequence[Row] = ROWS) -> list[dict[str, Any]]:
+    """Per row, its study's verdict row with ``p_holm`` and ``verdict`` taken again over this table's family: the
+    home-task differences of ``rows`` (Holm, `ALPHA` familywise)."""
+    found = [dict(verdict_row(row.study, row.entry)) for row in rows]
+    for v, p_holm in zip(found, holm([v["p"] for v in found]), strict=True):
+        v["p_holm"] = p_holm
+        v["verdict"] = verdict_of(v)
+    return found
+
+
+def wider_family(rows: Sequence[Row] = ROWS) -> tuple[int, list[tuple[str, float]]]:
+    """The family grown by the easy column's differences: its size, and the home-task rows resolved in
+    `headline_verdicts` that it would leave unresolved, each with its Holm-adjusted p-value there."""
+    home = headline_verdicts(rows)
+    easy = [verdict_row(EASY, row.easy)["p"] for row in rows if row.easy is not None]
+    adjusted = holm([v["p"] for v in home] + easy)[: len(home)]
+    lost = [(v["entry"], p) for v, p in zip(home, adjusted, strict=True) if v["p_holm"] < ALPHA <= p]
+    return len(home) + len(easy), lost
+
+
+def headline_caption(rows: Sequence[Row] = ROWS) -> str:
+    """The paragraph above the table: the family and method of its verdicts, and what a wider family changes."""
+    size, lost = wider_family(rows)
+    change = ", ".join(f"`{entry}` (adjusted p {p_cell(p)})" for entry, p in lost) or "none"
+    return (
+        f"Verdicts: Holm's step-down correction over the family of this table's {len(rows)} home-task paired "
+        "differences (each entry against `grpo`, two-sided paired t-tests), 5% familywise; unresolved is not "
+        "equal (no equivalence margin was fixed in advance). The 95% intervals are per pair, unadjusted; the MDE "
+        "(80% power) is post hoc, from the differences' observed spread. The easy control's intervals carry no "
+        f"verdict here (its own table corrects over its entries). Counted in the family too ({size} tests), they "
+        f"would leave unresolved: {change}.\n"
+    )
+
+
 def headline_markdown(rows: Sequence[Row] = ROWS) -> str:
-    """The table (Markdown): per row, the verdict of its study, the probes during training and the easy control."""
+    """The table (Markdown) under its `headline_caption`: per row, the verdict over this table's family, the
+    probes during training and the easy control."""
     lines = [
-        "| entry | home task | seeds paired | Δ vs `grpo` at step 60 (95% interval) | MDE | verdict "
-        "| within-response Spearman with A* during training, steps 0 / 30 / 60 "
+        "| entry | home task | seeds paired | Δ vs `grpo` at step 60 (95% interval) | p (Holm) | MDE (post hoc) "
+        "| verdict | within-response Spearman with A* during training, steps 0 / 30 / 60 "
         "| easy control: Δ vs `grpo` (6 seeds) | folder |",
-        "|---|---|---:|---:|---:|---|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|",
     ]
-    for row in rows:
-        v = verdict_row(row.study, row.entry)
+    for row, v in zip(rows, headline_verdicts(rows), strict=True):
         e = None if row.easy is None else verdict_row(EASY, row.easy)
         easy = "not run" if e is None else estimate(e["diff"], e["ci95"])
         lines.append(
-            f"| `{row.entry}` | {row.task} | {len(v['seeds'])} | {estimate(v['diff'], v['ci95'])} | {v['mde']:.3f} "
-            f"| {v['verdict']} | {probe_cell(row.probed, row.entry)} | {easy} | `{row.study}` |"
+            f"| `{row.entry}` | {row.task} | {len(v['seeds'])} | {estimate(v['diff'], v['ci95'])} "
+            f"| {p_cell(v['p_holm'])} | {v['mde']:.3f} | {v['verdict']} | {probe_cell(row.probed, row.entry)} "
+            f"| {easy} | `{row.study}` |"
         )
-    return "\n".join(lines) + "\n"
+    return headline_caption(rows) + "\n" + "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,5 +1,5 @@
-"""The verdict per module of a `creditgym compare` study (issue 14): better, same or worse than the baseline, from
-the study's own numbers, with what the probe measured on the same task beside it.
+"""The verdict per module of a `creditgym compare` study (issue 14): better or worse than the baseline (or
+unresolved), from the study's own numbers, with what the probe measured on the same task beside it.
 
     python studies/scripts/verdict.py --study studies/results/study-chains \\
         --probe studies/results/probe/chains-tiny-after/probe.json --out studies/results/study-chains/verdict.md
@@ -9,12 +9,14 @@ With ``--out``, ``curve.md`` beside it holds the paired difference at every held
 probed step (`probe_rows`); and ``verdict.json`` keeps the tables' rows and the probe file quoted (relative to the
 repository). ``--study`` given more than once pools the studies' runs first (`pool`): a study and its follow-ups
 at other seeds give one verdict over all their seeds, and ``verdict.json`` names the folders it pooled.
+``--rerender`` renders every committed verdict again from the runs, probe and margin its ``verdict.json`` names.
 
 Per entry, over the seeds where both it and the baseline finished: the paired difference of the final held-out
-scores, its 95% t-interval, and the minimum detectable effect (80% power, 5% two-sided) that the differences'
-own spread gives (`creditgym.agents.study.stats.min_detectable_effect`). The verdict reads the interval only:
-``better`` when it lies above 0, ``worse`` when below, else ``no difference resolved``. "Same" is never claimed:
-an interval holding 0 says only that an effect beyond it was not there to see.
+scores, its 95% t-interval (per pair, unadjusted), the two-sided paired t-test's p-value and the minimum detectable
+effect (80% power, 5% two-sided) from the differences' own spread: post hoc, since no spread was fixed in advance.
+The verdict is Holm's step-down correction over the table's family (every entry against the baseline) at 5%
+familywise: ``better`` or ``worse`` when the Holm-adjusted p-value is below 0.05, else ``unresolved``. An entry is
+called equal only with ``--margin``: when the Holm-adjusted two one-sided tests put the difference inside it.
 
 The probe columns are the module's within-response Spearman and pooled Pearson correlation with the Monte-Carlo
 advantage A*, measured by `creditgym probe` on a batch of the same task at step 0 (the same model the study starts
@@ -30,10 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from creditgym.agents.study.results import FINISHED, upgrade_results
-from creditgym.agents.study.stats import mean, min_detectable_effect, sample_sd, t_interval
+from creditgym.agents.study.stats import (
+    holm,
+    mean,
+    min_detectable_effect,
+    paired_t_pvalue,
+    sample_sd,
+    t_interval,
+    t_pvalue,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-BETTER, WORSE, UNRESOLVED = "better", "worse", "no difference resolved"
+BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
+#: The familywise error rate of the verdicts (Holm).
+ALPHA = 0.05
 
 
 def paired(
@@ -93,27 +105,70 @@ def pool(studies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**first, "config": config, "runs": list(runs.values()), "partial": partial}
 
 
-def verdict_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _one_sided(t: float, df: int) -> float:
+    """``P(T >= t)`` for Student's t with ``df``."""
+    half = t_pvalue(t, df) / 2
+    return half if t >= 0 else 1.0 - half
+
+
+def equivalence_pvalue(diffs: Sequence[float], margin: float) -> float:
+    """The p-value of the two one-sided tests (TOST) that the mean of ``diffs`` lies inside ``(-margin, margin)``:
+    the larger of the two one-sided p-values (below ``a`` exactly when the ``1 - 2a`` interval is inside)."""
+    m, n = mean(diffs), len(diffs)
+    se = sample_sd(diffs) / n**0.5
+    if se == 0.0:
+        return 0.0 if abs(m) < margin else 1.0
+    return max(_one_sided((m + margin) / se, n - 1), _one_sided((margin - m) / se, n - 1))
+
+
+def verdict_rows(results: Mapping[str, Any], margin: float | None = None) -> list[dict[str, Any]]:
     """One row per non-baseline entry of a study's results (either form): its paired difference to the baseline
-    over the seeds both finished, the 95% interval, the MDE and the verdict (None for fewer than 2 pairs)."""
+    over the seeds both finished, the 95% interval, the MDE (post hoc), the p-value, the Holm-adjusted p-value
+    over the rows with 2 or more pairs, and the verdict (None for fewer than 2 pairs). With ``margin``, an entry
+    whose Holm-adjusted equivalence p-value (`equivalence_pvalue`) is below `ALPHA` is ``equal within +-margin``.
+
+    Raises:
+        ValueError: a ``margin`` that is not positive.
+    """
+    if margin is not None and margin <= 0:
+        raise ValueError(f"verdict_rows: the equivalence margin must be > 0, got {margin}")
     rows = []
     for entry, seeds, mine, base in paired(upgrade_results(results), lambda r: r["final"]):
         diffs = [mine[s] - base[s] for s in seeds]
         ci = t_interval(diffs)
         sd = sample_sd(diffs) if ci else None
-        verdict = None if ci is None else BETTER if ci[0] > 0 else WORSE if ci[1] < 0 else UNRESOLVED
-        rows.append(
-            {
-                "entry": entry,
-                "seeds": seeds,
-                "diff": mean(diffs) if diffs else None,
-                "ci95": list(ci) if ci else None,
-                "sd": sd,
-                "mde": None if sd is None else min_detectable_effect(sd, len(diffs)),
-                "verdict": verdict,
-            }
-        )
+        row = {
+            "entry": entry,
+            "seeds": seeds,
+            "diff": mean(diffs) if diffs else None,
+            "ci95": list(ci) if ci else None,
+            "sd": sd,
+            "mde": None if sd is None else min_detectable_effect(sd, len(diffs)),
+            "p": paired_t_pvalue(diffs),
+        }
+        if margin is not None:
+            row["p_equal"] = None if ci is None else equivalence_pvalue(diffs, margin)
+        rows.append(row)
+    family = [row for row in rows if row["p"] is not None]
+    for row, p_holm in zip(family, holm([row["p"] for row in family]), strict=True):
+        row["p_holm"] = p_holm
+    if margin is not None:
+        for row, p_holm in zip(family, holm([row["p_equal"] for row in family]), strict=True):
+            row["p_equal_holm"] = p_holm
+    for row in rows:
+        row["verdict"] = verdict_of(row, margin)
     return rows
+
+
+def verdict_of(row: Mapping[str, Any], margin: float | None = None) -> str | None:
+    """The verdict of a row with its Holm-adjusted p-values (`verdict_rows`); None without one."""
+    if row.get("p_holm") is None:
+        return None
+    if row["p_holm"] < ALPHA:
+        return BETTER if row["diff"] > 0 else WORSE
+    if margin is not None and row["p_equal_holm"] < ALPHA:
+        return f"equal within ±{margin:g}"
+    return UNRESOLVED
 
 
 def curve_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -158,6 +213,7 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
         "| entry | seeds paired | " + " | ".join(f"Δ vs `{baseline}` at step {s}" for s in steps) + " |",
         "|---|---:|" + "---:|" * len(steps),
     ]
+    head = "Per held-out step: the paired difference with its 95% interval, per cell and unadjusted; no verdict is read from it.\n\n"
     for entry in dict.fromkeys(row["entry"] for row in rows):
         mine = {row["step"]: row for row in rows if row["entry"] == entry}
         cells = []
@@ -166,13 +222,35 @@ def curve_markdown(results: Mapping[str, Any]) -> str:
             cells.append("" if row is None else estimate(row["diff"], row["ci95"]))
         seeds = len(next(iter(mine.values()))["seeds"])
         lines.append(f"| `{entry}` | {seeds} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n"
 
 
-#: The figures a run with ``probe_every`` logs (`creditgym.agents.probe.run.probe_metrics`), in the table's order.
-PROBED = ("spearman", "pearson", "decisive_share", "ceiling_spearman", "ceiling_pearson")
+#: The figures a run with ``probe_every`` logs (`creditgym.agents.probe.run.probe_metrics`), in the table's order:
+#: the module's, then A*'s split-half reliability and the attainable correlation (its square root).
+PROBED = (
+    "spearman",
+    "pearson",
+    "decisive_share",
+    "reliability_spearman",
+    "reliability_pearson",
+    "attainable_spearman",
+    "attainable_pearson",
+)
 #: The module's own figures of `PROBED`, given with their 95% t-interval across seeds (``<name>_ci95``).
 WITH_INTERVAL = ("spearman", "pearson")
+
+
+def logged_figure(figures: Mapping[str, Any], name: str) -> float | None:
+    """The figure ``name`` of `PROBED` in what one run logged at one step. Runs before the probe reported
+    attainable correlations logged A*'s reliability as ``ceiling_<corr>``: it is read as the reliability, and
+    the attainable correlation is its square root (0 below 0), as the probe computes it."""
+    if name in figures:
+        return figures[name]
+    kind, _, corr = name.partition("_")
+    old = figures.get(f"ceiling_{corr}")
+    if kind == "reliability" or old is None:
+        return old
+    return max(old, 0.0) ** 0.5 if kind == "attainable" else None
 
 
 def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -180,8 +258,8 @@ def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     entry's finished runs that logged it at that step (None where none did), and the seeds averaged; each figure
     of `WITH_INTERVAL` also with the 95% t-interval of that mean across the runs (None for fewer than 2).
 
-    A probe scores a batch of the run's own policy at that step, so each run's ceiling (A*'s split-half
-    reliability) is its own; the table keeps the ceiling beside the figures it bounds.
+    A probe scores a batch of the run's own policy at that step, so each run's reliability of A* (and its
+    attainable correlation) is its own; the table keeps them beside the figures they bound.
     """
     results = upgrade_results(results)
     rows = []
@@ -194,7 +272,7 @@ def probe_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         for step, logged in sorted(by_step.items()):
             row: dict[str, Any] = {"entry": entry, "step": step, "seeds": sorted(seed for seed, _ in logged)}
             for name in PROBED:
-                values = [v for _, figures in logged if (v := figures.get(name)) is not None]
+                values = [v for _, figures in logged if (v := logged_figure(figures, name)) is not None]
                 row[name] = mean(values) if values else None
                 if name in WITH_INTERVAL:
                     ci = t_interval(values)
@@ -211,8 +289,9 @@ def probe_markdown(results: Mapping[str, Any]) -> str:
         return ""
     lines = [
         "| entry | step | seeds | within-response Spearman with A* | pooled Pearson with A* | decisive-token share "
-        "| ceiling: A* split-half Spearman | ceiling: A* split-half Pearson |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| A* reliability (split-half Spearman) | A* reliability (split-half Pearson) | attainable Spearman "
+        "| attainable Pearson |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         cells = ["" if row[name] is None else estimate(row[name], row.get(f"{name}_ci95")) for name in PROBED]
@@ -234,50 +313,117 @@ def _fig(figure: Mapping[str, Any] | None) -> str:
     return estimate(figure["value"], figure["ci"])
 
 
-def verdict_markdown(results: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> str:
-    """The verdict table (Markdown) of `verdict_rows`, with the probe's figures when ``probe`` is given."""
+def p_cell(p: float) -> str:
+    """A p-value as the tables print it: three decimals, ``<0.001`` below that."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def caption(pairs: int, baseline: str, margin: float | None = None) -> str:
+    """The paragraph above a verdict table: the family its verdicts are corrected over, the method, what the
+    interval and the MDE are, and what ``unresolved`` means."""
+    equal = (
+        f"an entry is called equal only when Holm-adjusted two one-sided tests put its difference inside the "
+        f"equivalence margin ±{margin:g}"
+        if margin is not None
+        else "no equivalence margin was fixed in advance, so no entry is called equal"
+    )
+    return (
+        f"Verdicts: Holm's step-down correction over the family of this table's {pairs} paired differences "
+        f"(each entry against `{baseline}`, two-sided paired t-tests), 5% familywise: better or worse when the "
+        f"Holm-adjusted p-value is below 0.05, else unresolved; {equal}. The 95% intervals are per pair, "
+        "unadjusted. The MDE (80% power, 5% two-sided) is post hoc: from the differences' own observed spread, "
+        "not fixed in advance.\n"
+    )
+
+
+def verdict_markdown(
+    results: Mapping[str, Any], probe: Mapping[str, Any] | None = None, margin: float | None = None
+) -> str:
+    """The verdict table (Markdown) of `verdict_rows` under its `caption`, with the probe's figures when ``probe``
+    is given."""
     results = upgrade_results(results)
-    rows = verdict_rows(results)
+    rows = verdict_rows(results, margin)
     baseline = results["baseline"]
-    head = f"| entry | seeds paired | Δ vs `{baseline}` (95% interval) | MDE | verdict |"
-    rule = "|---|---:|---:|---:|---|"
+    head = (
+        f"| entry | seeds paired | Δ vs `{baseline}` (95% interval) | p (Holm) | MDE (post hoc) | verdict |"
+    )
+    rule = "|---|---:|---:|---:|---:|---|"
     if probe is not None:
         head += " probe: within-response Spearman with A* | probe: pooled Pearson with A* |"
         rule += "---:|---:|"
         figures = probe_figures(probe, baseline) or {}
-        base_row = f"| `{baseline}` | | baseline | | | {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
+        base_row = f"| `{baseline}` | | baseline | | | | {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
     lines = [head, rule] + ([base_row] if probe is not None else [])
     for row in rows:
         if row["verdict"] is None:
-            cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | |"
+            cells = f"| `{row['entry']}` | {len(row['seeds'])} | fewer than 2 pairs | | | |"
         else:
             cells = (
                 f"| `{row['entry']}` | {len(row['seeds'])} | {estimate(row['diff'], row['ci95'])} "
-                f"| {row['mde']:.3f} | {row['verdict']} |"
+                f"| {p_cell(row['p_holm'])} | {row['mde']:.3f} | {row['verdict']} |"
             )
         if probe is not None:
             figures = probe_figures(probe, row["entry"]) or {}
             cells += f" {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
         lines.append(cells)
-    return "\n".join(lines) + "\n"
+    pairs = sum(row["verdict"] is not None for row in rows)
+    return caption(pairs, baseline, margin) + "\n" + "\n".join(lines) + "\n"
 
 
 def _repo_path(path: Path) -> str:
     return path.resolve().relative_to(ROOT).as_posix()
 
 
+def committed() -> list[Path]:
+    """The committed ``verdict.json`` files of the studies and their follow-ups under studies/results."""
+    results = ROOT / "studies" / "results"
+    return sorted(results.glob("*/verdict.json")) + sorted(results.glob("*/*/verdict.json"))
+
+
+def rerender(record: Path) -> list[str]:
+    """The command line (`main`'s arguments) that rendered the committed ``record`` (a ``verdict.json``): the
+    studies it pooled, or the folder it lies in, the probe and the margin it quotes, written back beside it."""
+    source = json.loads(record.read_text())
+    studies = source.get("studies") or [_repo_path(record.parent)]
+    argv = [arg for study in studies for arg in ("--study", str(ROOT / study))]
+    if source.get("probe"):
+        argv += ["--probe", str(ROOT / source["probe"])]
+    if source.get("margin") is not None:
+        argv += ["--margin", str(source["margin"])]
+    return [*argv, "--out", str(record.with_suffix(".md"))]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rerender",
+        action="store_true",
+        help="render every committed verdict again from the runs it was made from (`committed`, `rerender`)",
+    )
     parser.add_argument(
         "--study",
         type=Path,
         action="append",
-        required=True,
         help="a compare study folder (its results.json); repeated, the studies' runs are pooled (`pool`)",
     )
     parser.add_argument("--probe", type=Path, help="a probe.json of the same task at step 0")
     parser.add_argument("--out", type=Path, help="write the table here too")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        help="an equivalence margin fixed in advance: an entry inside it (Holm-adjusted TOST) is called equal",
+    )
     args = parser.parse_args(argv)
+    if args.rerender:
+        if args.study or args.probe or args.out or args.margin is not None:
+            parser.error("--rerender takes no other option: it reads each verdict.json's own")
+        for record in committed():
+            main(rerender(record))
+        return
+    if not args.study:
+        parser.error("--study is required (or --rerender)")
+    if args.margin is not None and args.margin <= 0:
+        parser.error(f"--margin must be > 0, got {args.margin}")
     for study in args.study:
         if not (study / "results.json").is_file():
             parser.error(f"--study {study}: no results.json there")
@@ -286,7 +432,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     probe = json.loads(args.probe.read_text()) if args.probe else None
-    table, curve, probed = verdict_markdown(results, probe), curve_markdown(results), probe_markdown(results)
+    table = verdict_markdown(results, probe, args.margin)
+    curve, probed = curve_markdown(results), probe_markdown(results)
     print(table, curve, probed, sep="\n", end="")
     if args.out:  # the tables, and beside them the rows and probe they quote (what the tests check)
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         record = {
             "studies": [_repo_path(study) for study in args.study] if len(args.study) > 1 else None,
             "probe": probe_path,
-            "rows": verdict_rows(results),
+            "margin": args.margin,
+            "rows": verdict_rows(results, args.margin),
             "curve": curve_rows(results),
             "probes": probe_rows(results),
         }

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy import stats as sp
 
 from creditgym.agents.study.compare import parse_entry
-from creditgym.agents.study.stats import min_detectable_effect, t_quantile
+from creditgym.agents.study.stats import holm, min_detectable_effect, t_quantile
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "studies" / "scripts"
@@ -22,9 +23,11 @@ VERDICTS = sorted((ROOT / "studies" / "results").glob("*/verdict.md"))
 STUDY_PAGES = sorted((ROOT / "docs" / "study").glob("*.md"))
 
 
-def in_the_docs(table: str) -> bool:
-    """``table`` appears, as committed, on one of the study's docs pages."""
-    return any(table in page.read_text() for page in STUDY_PAGES)
+def in_the_docs(path: Path) -> bool:
+    """The committed table ``path`` is on one of the study's docs pages: included (``--8<-- "<path>"``, so the
+    page shows the file itself) or quoted whole."""
+    include, table = f'--8<-- "{path.relative_to(ROOT).as_posix()}"', path.read_text()
+    return any(include in text or table in text for text in (page.read_text() for page in STUDY_PAGES))
 
 
 def _committed(name: str) -> list[Path]:
@@ -88,11 +91,12 @@ def test_verdicts_by_hand() -> None:
             "up": [0.60, 0.72, 0.64, None],  # +0.10, +0.12, +0.09 on seeds 0-2; seed 3 not finished
             "down": [0.40, 0.49, 0.46, 0.31],  # -0.10, -0.11, -0.09, -0.09
             "flat": [0.52, 0.58, 0.56, 0.41],  # +0.02, -0.02, +0.01, +0.01
+            "weak": [0.45, 0.58, 0.51, 0.39],  # -0.05, -0.02, -0.04, -0.01: p 0.046 alone
             "alone": [0.9, None, None, None],
         }
     )
     rows = {row["entry"]: row for row in verdict.verdict_rows(results)}
-    assert list(rows) == ["up", "down", "flat", "alone"]
+    assert list(rows) == ["up", "down", "flat", "weak", "alone"]
     up = rows["up"]
     assert up["seeds"] == [0, 1, 2] and up["diff"] == pytest.approx(0.31 / 3)
     sd = ((0.1 - 0.31 / 3) ** 2 + (0.12 - 0.31 / 3) ** 2 + (0.09 - 0.31 / 3) ** 2) ** 0.5 / 2**0.5
@@ -101,14 +105,59 @@ def test_verdicts_by_hand() -> None:
         [0.31 / 3 - t_quantile(2) * sd / 3**0.5, 0.31 / 3 + t_quantile(2) * sd / 3**0.5]
     )
     assert up["mde"] == pytest.approx((4.302653 + 1.060660) * sd / 3**0.5, rel=1e-5)
-    assert (up["verdict"], rows["down"]["verdict"], rows["flat"]["verdict"]) == (
-        "better",
-        "worse",
-        verdict.UNRESOLVED,
+    ps = {e: sp.ttest_1samp(_diffs(results, e), 0.0).pvalue for e in rows if e != "alone"}
+    assert {e: rows[e]["p"] for e in ps} == pytest.approx(ps, rel=1e-9)
+    # Holm over the 4 entries with 2+ pairs: down 4 p, up 3 p, weak 2 p, flat max(1 p, weak's)
+    assert rows["down"]["p_holm"] == pytest.approx(4 * ps["down"]) and rows["up"]["p_holm"] == pytest.approx(
+        3 * ps["up"]
     )
-    assert rows["alone"]["verdict"] is None and rows["alone"]["seeds"] == [0]
+    assert rows["weak"]["p_holm"] == pytest.approx(2 * ps["weak"]) and rows["flat"][
+        "p_holm"
+    ] == pytest.approx(ps["flat"])
+    assert rows["weak"]["ci95"][1] < 0 < rows["weak"]["p_holm"] - 0.05  # worse alone, not in the family of 4
+    verdicts = [rows[e]["verdict"] for e in ("up", "down", "flat", "weak")]
+    assert verdicts == ["better", "worse", "unresolved", "unresolved"]
+    assert (
+        rows["alone"]["verdict"] is None and rows["alone"]["seeds"] == [0] and "p_holm" not in rows["alone"]
+    )
     table = verdict.verdict_markdown(results)
     assert "| `alone` | 1 | fewer than 2 pairs |" in table and "| `down` | 4 | -0.098" in table
+    assert "| `weak` | 4 | -0.030 [-0.059, -0.001] | 0.092 | 0.038 | unresolved |" in table
+    assert table.startswith("Verdicts: Holm's step-down correction over the family of this table's 4 paired")
+    assert "post hoc" in table and "no entry is called equal" in table
+
+
+def _diffs(results: dict[str, Any], entry: str) -> list[float]:
+    final = {(r["entry"], r["seed"]): r["final"] for r in results["runs"] if r["final"] is not None}
+    return [final[entry, s] - final["grpo", s] for s in range(4) if (entry, s) in final]
+
+
+def test_an_entry_is_equal_only_inside_a_margin_given() -> None:
+    """With a margin, the Holm-adjusted two one-sided tests (TOST) call an entry equal; scipy's one-sided tests."""
+    results = _results(
+        {
+            "grpo": [0.50, 0.60, 0.55, 0.40],
+            "flat": [0.52, 0.58, 0.56, 0.41],  # +0.02, -0.02, +0.01, +0.01
+            "weak": [0.45, 0.58, 0.51, 0.39],  # -0.05, -0.02, -0.04, -0.01
+            "up": [0.60, 0.72, 0.64, 0.50],  # +0.10, +0.12, +0.09, +0.10
+        }
+    )
+    rows = {row["entry"]: row for row in verdict.verdict_rows(results, margin=0.05)}
+    for entry, row in rows.items():
+        d = _diffs(results, entry)
+        tost = max(
+            sp.ttest_1samp(d, -0.05, alternative="greater").pvalue,
+            sp.ttest_1samp(d, 0.05, alternative="less").pvalue,
+        )
+        assert row["p_equal"] == pytest.approx(tost, rel=1e-9), entry
+    assert [rows[e]["verdict"] for e in ("flat", "weak", "up")] == [
+        "equal within ±0.05",
+        "unresolved",
+        "better",
+    ]
+    assert "equivalence margin ±0.05" in verdict.verdict_markdown(results, margin=0.05)
+    with pytest.raises(ValueError, match="margin must be > 0, got 0"):
+        verdict.verdict_rows(results, margin=0)
 
 
 def test_pool_keeps_each_run_once_and_refuses_studies_that_disagree() -> None:
@@ -146,7 +195,7 @@ def test_committed_pooled_verdicts_are_their_studies_pooled_and_in_the_docs(fold
     assert json.loads((folder / "verdict.json").read_text())["rows"] == json.loads(
         json.dumps(verdict.verdict_rows(results))
     )
-    assert in_the_docs((folder / "verdict.md").read_text())
+    assert in_the_docs(folder / "verdict.md")
 
 
 def test_the_command_writes_a_pooled_verdict_into_a_folder_it_makes(tmp_path: Path) -> None:
@@ -176,10 +225,10 @@ def test_probe_columns_show_the_probed_figures_and_say_what_was_not_probed() -> 
     probe = {"modules": {"grpo": {"spearman": {"value": 0.0, "ci": [0.0, 0.0]}, "pearson": fig},
                          "cast": {"spearman": fig, "pearson": fig}}}  # fmt: skip
     table = verdict.verdict_markdown(results, probe)
-    assert "| `grpo` | | baseline | | | +0.000 [+0.000, +0.000] | +0.125 [+0.050, +0.200] |" in table
+    assert "| `grpo` | | baseline | | | | +0.000 [+0.000, +0.000] | +0.125 [+0.050, +0.200] |" in table
     assert "| `cast` | 2 | +0.100" in table and table.count("+0.125 [+0.050, +0.200]") == 3
     assert (
-        "| `vine` | 2 | +0.000 [+0.000, +0.000] | 0.000 | no difference resolved | not probed | not probed |"
+        "| `vine` | 2 | +0.000 [+0.000, +0.000] | 1.000 | 0.000 | unresolved | not probed | not probed |"
         in table
     )
 
@@ -191,8 +240,8 @@ def test_committed_verdicts_are_their_studies_and_in_the_docs(path: Path) -> Non
     source = json.loads((path.parent / "verdict.json").read_text())  # {"probe": "studies/results/..."}
     results = json.loads((path.parent / "results.json").read_text())
     probe = json.loads((ROOT / source["probe"]).read_text()) if source.get("probe") else None
-    assert text == verdict.verdict_markdown(results, probe)
-    assert in_the_docs(text)
+    assert text == verdict.verdict_markdown(results, probe, source.get("margin"))
+    assert in_the_docs(path)
 
 
 def test_curve_differences_by_hand() -> None:
@@ -220,20 +269,26 @@ def test_committed_curve_differences_are_their_studies_and_in_the_docs(path: Pat
     results = _study(path.parent)
     text = (path.parent / "curve.md").read_text()
     assert text == verdict.curve_markdown(results)
+    assert in_the_docs(path)
     assert json.loads((path.parent / "verdict.json").read_text())["curve"] == json.loads(
         json.dumps(verdict.curve_rows(results))
     )
-    assert in_the_docs(text)
 
 
 def test_probe_rows_average_each_probed_step_over_the_finished_runs_by_hand() -> None:
     results = _results({"grpo": [0.5, 0.6], "cast": [0.6, None]})
     logged = {
         ("grpo", 0): [
-            (0, {"spearman": None, "pearson": 0.10, "ceiling_spearman": 0.4}),
-            (2, {"pearson": 0.30}),
+            (
+                0,
+                {"spearman": None, "pearson": 0.10, "ceiling_spearman": 0.4},
+            ),  # an older run: its reliability
+            (2, {"pearson": 0.30, "ceiling_spearman": -0.2}),
         ],
-        ("grpo", 1): [(0, {"spearman": None, "pearson": 0.20, "ceiling_spearman": 0.2})],
+        # a run of today's probe logs A*'s reliability and the attainable correlation by those names
+        ("grpo", 1): [
+            (0, {"spearman": None, "pearson": 0.20, "reliability_spearman": 0.2, "attainable_spearman": 0.5})
+        ],
         ("cast", 0): [(0, {"spearman": 0.05, "pearson": 0.15, "decisive_share": 0.5})],
         ("cast", 1): [(0, {"spearman": 0.9, "pearson": 0.9})],  # not finished: not averaged
     }
@@ -243,7 +298,11 @@ def test_probe_rows_average_each_probed_step_over_the_finished_runs_by_hand() ->
     assert [(r["entry"], r["step"], r["seeds"]) for r in rows] == [
         ("grpo", 0, [0, 1]), ("grpo", 2, [0]), ("cast", 0, [0])
     ]  # fmt: skip
-    assert rows[0]["pearson"] == pytest.approx(0.15) and rows[0]["ceiling_spearman"] == pytest.approx(0.3)
+    assert rows[0]["pearson"] == pytest.approx(0.15) and rows[0]["reliability_spearman"] == pytest.approx(0.3)
+    assert rows[0]["attainable_spearman"] == pytest.approx(
+        (0.4**0.5 + 0.5) / 2
+    )  # the old run's: its square root
+    assert (rows[1]["reliability_spearman"], rows[1]["attainable_spearman"]) == (-0.2, 0.0)  # 0 below 0
     assert rows[0]["spearman"] is None and rows[1]["pearson"] == pytest.approx(0.30)
     assert rows[2]["spearman"] == pytest.approx(0.05) and rows[2]["decisive_share"] == pytest.approx(0.5)
     # two seeds: mean 0.15, sd 0.0707, t_{0.975, 1} = 12.706 -> half-width 12.706 * 0.0707 / sqrt(2) = 0.635
@@ -251,8 +310,8 @@ def test_probe_rows_average_each_probed_step_over_the_finished_runs_by_hand() ->
     # no value, or one seed: no interval
     assert rows[0]["spearman_ci95"] is None and rows[1]["pearson_ci95"] is None
     table = verdict.probe_markdown(results)
-    assert "| `grpo` | 0 | 2 |  | +0.150 [-0.485, +0.785] |  | +0.300 |  |" in table
-    assert "| `cast` | 0 | 1 | +0.050 | +0.150 | +0.500 |  |  |" in table
+    assert "| `grpo` | 0 | 2 |  | +0.150 [-0.485, +0.785] |  | +0.300 |  | +0.566 |  |" in table
+    assert "| `cast` | 0 | 1 | +0.050 | +0.150 | +0.500 |  |  |  |  |" in table
     assert verdict.probe_markdown(_results({"grpo": [0.5]})) == ""  # no run probed: no table
 
 
@@ -268,7 +327,7 @@ def test_committed_probe_tables_are_their_runs_and_in_the_docs(path: Path) -> No
     assert json.loads((path.parent / "verdict.json").read_text())["probes"] == json.loads(
         json.dumps(verdict.probe_rows(results))
     )
-    assert in_the_docs(path.read_text())
+    assert in_the_docs(path)
 
 
 DIAGNOSTICS = _committed("diagnostics.md")
@@ -281,7 +340,7 @@ def test_committed_diagnostics_are_their_rows_and_in_the_docs(path: Path) -> Non
     assert path.read_text() == _example("diagnostics").markdown(rows)
     entries = json.loads((path.parent / "results.json").read_text())["config"]["entries"]
     assert list(dict.fromkeys(row["entry"] for row in rows)) == entries
-    assert in_the_docs(path.read_text())
+    assert in_the_docs(path)
 
 
 def test_diagnostics_average_each_window_per_seed_then_over_seeds(tmp_path: Path) -> None:
@@ -387,23 +446,45 @@ headline = _example("headline")
 
 def test_the_headline_is_its_studies_verdicts_and_in_the_docs() -> None:
     """studies/results/headline.md is headline.py's table of the committed verdicts, the study's first docs page
-    quotes it, and each row's difference, MDE and verdict are the ones its study's verdict.md prints for that
-    entry."""
-    table = (ROOT / "studies" / "results" / "headline.md").read_text()
+    includes it, each row's difference and MDE are the ones its study's verdict.md prints for that entry, and its
+    verdict is Holm's over the table's own rows (the p-values its studies' verdict.json keep)."""
+    path = ROOT / "studies" / "results" / "headline.md"
+    table = path.read_text()
     assert table == headline.headline_markdown()
-    assert table in (ROOT / "docs" / "study" / "index.md").read_text()
-    lines = table.splitlines()[2:]
+    assert '--8<-- "studies/results/headline.md"' in (ROOT / "docs" / "study" / "index.md").read_text()
+    lines = [line for line in table.splitlines() if line.startswith("|")][2:]
     assert len(lines) == len(headline.ROWS)
-    for row, line in zip(headline.ROWS, lines, strict=True):
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    ps = [headline.verdict_row(row.study, row.entry)["p"] for row in headline.ROWS]
+    for row, line, p_holm in zip(headline.ROWS, lines, holm(ps), strict=True):
+        cells = _cells(line)
         assert cells[0] == f"`{row.entry}`"
         printed = (ROOT / "studies" / "results" / row.study / "verdict.md").read_text()
-        assert f"| `{row.entry}` | {cells[2]} | {cells[3]} | {cells[4]} | {cells[5]} |" in printed
-        assert (row.probed is None) == (cells[6] == "not probed during training")
+        assert f"| `{row.entry}` | {cells[2]} | {cells[3]} | " in printed and f" | {cells[5]} | " in printed
+        assert cells[4] == verdict.p_cell(p_holm)
+        assert cells[6] == (
+            "unresolved" if p_holm >= 0.05 else "worse" if cells[3].startswith("-") else "better"
+        )
+        assert (row.probed is None) == (cells[7] == "not probed during training")
+    assert f"this table's {len(headline.ROWS)} home-task paired differences" in table
+
+
+def test_the_headline_says_what_a_family_with_the_easy_column_would_change() -> None:
+    """The caption's wider family (home rows and the easy column) is Holm over all of their p-values."""
+    easy = [headline.verdict_row(headline.EASY, row.easy)["p"] for row in headline.ROWS if row.easy]
+    home = [headline.verdict_row(row.study, row.entry)["p"] for row in headline.ROWS]
+    size, lost = headline.wider_family()
+    wider = holm(home + easy)
+    assert size == len(home) + len(easy)
+    expected = [
+        (row.entry, wider[i])
+        for i, (row, p) in enumerate(zip(headline.ROWS, holm(home), strict=True))
+        if p < 0.05 <= wider[i]
+    ]
+    assert lost == expected
 
 
 #: The headline's columns the README's short results table keeps: all but the probe figures and the folder.
-README_COLUMNS = (0, 1, 2, 3, 4, 5, 7)
+README_COLUMNS = (0, 1, 2, 3, 4, 5, 6, 8)
 
 
 def _cells(line: str) -> list[str]:
@@ -413,7 +494,11 @@ def _cells(line: str) -> list[str]:
 def test_the_readme_results_are_the_headline_condensed() -> None:
     """The README's short results table is studies/results/headline.md with fewer rows and columns: its header is the
     headline's kept columns, and each of its rows is the headline's row for that entry, cell for cell."""
-    lines = (ROOT / "studies" / "results" / "headline.md").read_text().splitlines()
+    lines = [
+        line
+        for line in (ROOT / "studies" / "results" / "headline.md").read_text().splitlines()
+        if line.startswith("|")
+    ]
     full = {cells[0]: cells for cells in map(_cells, lines[2:])}
     section = (ROOT / "README.md").read_text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
     table = [line for line in section.splitlines() if line.startswith("|")]
@@ -439,3 +524,17 @@ def test_the_headline_command_writes_the_committed_table(tmp_path: Path) -> None
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert out.read_text() == res.stdout == (ROOT / "studies" / "results" / "headline.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["study-chains", "study-hard/pooled0-19"])
+def test_rerender_runs_the_command_each_committed_verdict_was_made_with(name: str, tmp_path: Path) -> None:
+    """``--rerender``'s command line for a committed verdict.json (its probe, its pooled studies) writes that
+    folder's tables again, to the last character."""
+    folder = ROOT / "studies" / "results" / name
+    argv = verdict.rerender(folder / "verdict.json")
+    assert argv[-2:] == ["--out", str(folder / "verdict.md")]
+    verdict.main([*argv[:-1], str(tmp_path / "verdict.md")])
+    for table in ("verdict.md", "curve.md"):
+        assert (tmp_path / table).read_text() == (folder / table).read_text()
+    with pytest.raises(SystemExit):
+        verdict.main(["--rerender", "--margin", "0.02"])
