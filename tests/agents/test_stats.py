@@ -192,5 +192,7 @@ def test_paired_t_pvalue_is_scipys_one_sample_test() -> None:
 def test_holm_by_hand() -> None:
     # sorted 0.01, 0.02, 0.04, 0.30 times 4, 3, 2, 1 -> 0.04, 0.06, 0.08, 0.30, each at least the one before
     assert holm([0.04, 0.01, 0.30, 0.02]) == pytest.approx([0.08, 0.04, 0.30, 0.06])
-    assert holm([0.5, 0.4]) == pytest.approx([0.8, 0.8])  # (2 x 0.4, max(0.8, 0.5)): never below an earlier one
+    assert holm([0.5, 0.4]) == pytest.approx(
+        [0.8, 0.8]
+    )  # (2 x 0.4, max(0.8, 0.5)): never below an earlier one
     assert holm([0.9, 0.6]) == [1.0, 1.0] and holm([]) == []
