@@ -328,7 +328,8 @@ def caption(pairs: int, baseline: str, margin: float | None = None) -> str:
         else "no equivalence margin was fixed in advance, so no entry is called equal"
     )
     return (
-        f"Verdicts: Holm's step-down correction over the family of this table's {pairs} paired differences "
+        f"Verdicts: Holm's step-down correction over the family of this table's {pairs} paired "
+        f"difference{'s' if pairs != 1 else ''} "
         f"(each entry against `{baseline}`, two-sided paired t-tests), 5% familywise: better or worse when the "
         f"Holm-adjusted p-value is below 0.05, else unresolved; {equal}. The 95% intervals are per pair, "
         "unadjusted. The MDE (80% power, 5% two-sided) is post hoc: from the differences' own observed spread, "
