@@ -151,15 +151,58 @@ def headline_markdown(rows: Sequence[Row] = ROWS) -> str:
     return headline_caption(rows) + "\n" + "\n".join(lines) + "\n"
 
 
+def holm_changes() -> list[dict[str, Any]]:
+    """Every pair of a committed verdict table (and of the headline) that an uncorrected 5% test calls better or
+    worse and Holm's correction over its table leaves unresolved: the table, the entry, its difference with its
+    interval, and the two p-values."""
+    tables = [(p.parent.relative_to(RESULTS).as_posix(), _verdict(p.parent.relative_to(RESULTS).as_posix())["rows"])
+              for p in sorted(RESULTS.glob("**/verdict.json"))]  # fmt: skip
+    tables.append(("headline.md", headline_verdicts()))
+    return [
+        {
+            "table": table,
+            "entry": v["entry"],
+            "diff": v["diff"],
+            "ci95": v["ci95"],
+            "p": v["p"],
+            "p_holm": v["p_holm"],
+        }
+        for table, rows in tables
+        for v in rows
+        if v.get("p_holm") is not None and v["p"] < ALPHA <= v["p_holm"]
+    ]
+
+
+def holm_changes_markdown() -> str:
+    """The table (Markdown) of `holm_changes`."""
+    lines = [
+        "Pairs an uncorrected 5% test called worse or better that Holm's correction over their table leaves "
+        "unresolved:\n",
+        "| table | entry | Δ vs `grpo` (95% interval) | p | p (Holm) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for c in holm_changes():
+        lines.append(
+            f"| `{c['table']}` | `{c['entry']}` | {estimate(c['diff'], c['ci95'])} | {p_cell(c['p'])} "
+            f"| {p_cell(c['p_holm'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, help="write the table here too")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the table here too, and beside it holm-changes.md (`holm_changes_markdown`)",
+    )
     args = parser.parse_args(argv)
     table = headline_markdown()
     print(table, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table)
+        args.out.with_name("holm-changes.md").write_text(holm_changes_markdown())
 
 
 if __name__ == "__main__":

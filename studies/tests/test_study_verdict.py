@@ -468,6 +468,19 @@ def test_the_headline_is_its_studies_verdicts_and_in_the_docs() -> None:
     assert f"this table's {len(headline.ROWS)} home-task paired differences" in table
 
 
+def test_the_holm_changes_are_the_pairs_an_uncorrected_test_resolved_and_holm_does_not() -> None:
+    """studies/results/holm-changes.md lists, from every committed verdict.json and the headline, each pair with an
+    unadjusted p below 0.05 and a Holm-adjusted one at or above it, and the study's first page includes it."""
+    path = ROOT / "studies" / "results" / "holm-changes.md"
+    assert path.read_text() == headline.holm_changes_markdown()
+    assert '--8<-- "studies/results/holm-changes.md"' in (ROOT / "docs" / "study" / "index.md").read_text()
+    changes = {(c["table"], c["entry"]) for c in headline.holm_changes()}
+    assert {("study-chains/controls-pooled", "gae:lam=0.865"), ("study-chains/controls-pooled", "compo:gate=shuffled"),
+            ("study-easy", "cort"), ("study-easy", "compo")} <= changes  # fmt: skip
+    for c in headline.holm_changes():
+        assert c["p"] < 0.05 <= c["p_holm"]
+
+
 def test_the_headline_says_what_a_family_with_the_easy_column_would_change() -> None:
     """The caption's wider family (home rows and the easy column) is Holm over all of their p-values."""
     easy = [headline.verdict_row(headline.EASY, row.easy)["p"] for row in headline.ROWS if row.easy]
@@ -524,6 +537,10 @@ def test_the_headline_command_writes_the_committed_table(tmp_path: Path) -> None
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert out.read_text() == res.stdout == (ROOT / "studies" / "results" / "headline.md").read_text()
+    assert (
+        out.with_name("holm-changes.md").read_text()
+        == (ROOT / "studies" / "results" / "holm-changes.md").read_text()
+    )
 
 
 @pytest.mark.parametrize("name", ["study-chains", "study-hard/pooled0-19"])
