@@ -229,7 +229,7 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
     trained = TrainConfig(**state["config"]) if state is not None else None
     if state is not None and trained is not None and ckpt_path is not None:
         _load_weights(policy, state, ckpt_path, run.model, trained.model)
-    env = make_envs(run)[0].unwrapped
+    env = make_envs(run, policy.tokenizer)[0].unwrapped
     _check_env(env, env_id, cfg.max_turns)
     step = int(state["step"]) if state is not None else run.steps - 1
     modules: dict[str, tuple[Any, Any, dict[str, SignalProvider]]] = {}
