@@ -267,7 +267,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from creditgym.agents.train.trainer import TrainingDiverged, train
 
     try:
-        cfg = TrainConfig(**train_overrides(args))  # type: ignore[arg-type]
+        cfg = TrainConfig.for_model(**train_overrides(args))  # the model's defaults (smollm2-135m: its lr)
         summary = train(cfg, args.out, resume=args.resume)
     except (
         ValueError,

@@ -134,7 +134,8 @@ def find_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 def _resolve(cfg: ProbeConfig) -> tuple[TrainConfig, dict[str, Any] | None, Path | None]:
     """The run settings (from the checkpoint when there is one, then ``cfg``), the checkpoint's state, its path."""
-    state, path, base = None, None, TrainConfig()
+    state, path = None, None
+    base = TrainConfig.for_model(**({"model": cfg.model} if cfg.model else {}))  # the model's defaults
     if cfg.checkpoint is not None:
         path = find_checkpoint(cfg.checkpoint)
         state = load_checkpoint(path)
