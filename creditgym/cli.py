@@ -24,19 +24,6 @@ from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
 from creditgym.agents.train.flags import train_flag as _flag
 
 
-def _cmd_models(args: argparse.Namespace) -> int:
-    from creditgym.models import cache_root, models_table
-
-    print(
-        f"named models (cache: {cache_root() / 'models'}; any hub id, model folder or .gguf file works too)"
-    )
-    for row in models_table():
-        state = "cached" if row["cached"] else "installed" if row["installed"] else "not installed"
-        how = "" if row["installed"] or row["cached"] else f"; install: {row['install']}"
-        print(f"{row['name']:<16} {state}{how}  ({row['note']})")
-    return 0
-
-
 def _cmd_envs(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -462,14 +449,14 @@ def _add_ray_flags(parser: argparse.ArgumentParser, what: str, note: str = "") -
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from creditgym import models
+
     parser = argparse.ArgumentParser(prog="creditgym", description=__doc__)
     parser.add_argument("--version", action="version", version=f"creditgym {_version('creditgym')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list registered env ids, one line each").set_defaults(func=_cmd_envs)
-    sub.add_parser("models", help="list named models and whether each is installed and cached").set_defaults(
-        func=_cmd_models
-    )
+    models.add_command(sub)  # creditgym models
     sub.add_parser("doctor", help="report Python, torch, GPU and Docker engine").set_defaults(
         func=_cmd_doctor
     )

@@ -6,6 +6,7 @@ Where, what and why: docs/models.md. Nothing here imports torch until a conversi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -27,6 +28,7 @@ __all__ = [
     "cache_root",
     "convert_gguf",
     "model_folder",
+    "models_report",
     "models_table",
     "resolve_model",
 ]
@@ -229,3 +231,21 @@ def models_table() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def models_report() -> str:
+    """What ``creditgym models`` prints: the cache, then one line per named model and its state."""
+    lines = [
+        f"named models (cache: {cache_root() / 'models'}; any hub id, model folder or .gguf file works too)"
+    ]
+    for row in models_table():
+        state = "cached" if row["cached"] else "installed" if row["installed"] else "not installed"
+        how = "" if row["installed"] or row["cached"] else f"; install: {row['install']}"
+        lines.append(f"{row['name']:<16} {state}{how}  ({row['note']})")
+    return "\n".join(lines)
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``creditgym models`` on the CLI's subcommands."""
+    parser = sub.add_parser("models", help="list named models and whether each is installed and cached")
+    parser.set_defaults(func=lambda args: print(models_report()) or 0)
