@@ -115,3 +115,21 @@ def test_an_explicit_tokenizer_that_differs_from_the_models_names_both() -> None
         with_tokenizer("creditgym/Math-v0", {"tokenizer": "creditgym/tiny"}, smol, model="smollm2-135m")
     same = with_tokenizer("creditgym/Math-v0", {"tokenizer": "smollm2-135m"}, smol, model="smollm2-135m")
     assert same["tokenizer"] is smol
+
+
+@pytest.mark.slow
+def test_two_processes_converting_at_once_share_one_complete_folder(tmp_path: Path) -> None:
+    """The second process waits on the lock and reuses the first one's folder; no temporary folder is left."""
+    code = "from creditgym.models import model_folder; print(model_folder('smollm2-135m'))"
+    env = {**os.environ, "CREDITGYM_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600)[0].strip().splitlines()[-1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    folder = tmp_path / "models" / "smollm2-135m"
+    assert outs == [str(folder)] * 2
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".smollm2-135m.lock", "smollm2-135m"]
+    policy = load_policy(folder, device="cpu")
+    assert len(policy.tokenizer) == 49152
