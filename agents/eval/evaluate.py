@@ -61,8 +61,9 @@ class Report:
 def make_agent(
     spec: str, *, device: str | None = None, base_url: str | None = None, check_only: bool = False
 ) -> Agent:
-    """``oracle``, ``empty``, ``random``, ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy), or
-    ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM server).
+    """``oracle``, ``empty``, ``random``, ``hf:PATH`` (anything ``--model`` takes: a folder, ``creditgym/tiny``,
+    ``smollm2-135m``, ...; greedy), or ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM
+    server).
 
     ``check_only`` checks the spec's form and makes nothing (returns None): a Ray evaluation makes the agent on
     each node, where ``PATH`` must exist."""
