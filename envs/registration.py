@@ -20,6 +20,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from creditgym.envs.tokenizer import resolve_tokenizer, same_tokenizer
+
 ENTRY_POINT_GROUP = "creditgym.envs"
 
 _loaded_entry_points = False
@@ -117,3 +119,34 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
             f"env {name!r} takes no keyword argument {', '.join(map(repr, bad))} (its constructor takes "
             f"{takes}); drop it, or pass only what the env takes with --env-kw KEY=VALUE"
         ) from e
+
+
+def with_tokenizer(env_id: str, kwargs: dict[str, Any], tokenizer: Any, *, model: str) -> dict[str, Any]:
+    """``kwargs`` for ``make(env_id, ...)`` with the policy's tokenizer: the one way every command (train, probe,
+    eval, compare, Ray) gives an env the model's tokenizer, chat template, end-of-turn and pad tokens.
+
+    An env whose constructor takes no ``tokenizer`` gets ``kwargs`` unchanged.
+
+    Raises:
+        ValueError: the model's tokenizer has no chat template, or ``kwargs`` names a ``tokenizer`` that differs
+            from the model's (both named).
+    """
+    out = dict(kwargs)
+    if not env_accepts(env_id, "tokenizer"):
+        return out
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"model {model!r}: its tokenizer has no chat template, and env {env_id!r} renders its prompts with "
+            "one. Use a chat/instruct model, or give the model folder one: `tok.chat_template = "
+            "creditgym.envs.tokenizer.CHATML_TEMPLATE; tok.save_pretrained(folder)`"
+        )
+    given = out.get("tokenizer")
+    if given is not None and not same_tokenizer(resolve_tokenizer(given), tokenizer):
+        label = given if isinstance(given, str) else getattr(given, "name_or_path", type(given).__name__)
+        raise ValueError(
+            f"env {env_id!r} was given tokenizer={label!r} ({len(resolve_tokenizer(given))} tokens), which "
+            f"differs from the tokenizer of model {model!r} ({len(tokenizer)} tokens); the env must use the "
+            "policy's tokenizer: drop the tokenizer argument (the model's is used)"
+        )
+    out["tokenizer"] = tokenizer
+    return out

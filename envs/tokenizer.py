@@ -35,7 +35,8 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<
 
 
 def load_tokenizer(name_or_path: str | os.PathLike[str] = BUNDLED) -> PreTrainedTokenizerBase:
-    """The bundled tokenizer (``"creditgym/tiny"``), or any Hugging Face tokenizer by local path or hub name."""
+    """The bundled tokenizer (``"creditgym/tiny"``), a named model's (``"smollm2-135m"``, `creditgym.models`), or
+    any Hugging Face tokenizer by local path or hub name."""
     return _load(str(name_or_path))
 
 
@@ -43,9 +44,20 @@ def load_tokenizer(name_or_path: str | os.PathLike[str] = BUNDLED) -> PreTrained
 def _load(name_or_path: str) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    from creditgym.models import resolve_model
+
     if name_or_path == BUNDLED:
         return PreTrainedTokenizerFast.from_pretrained(str(ASSETS))
-    return AutoTokenizer.from_pretrained(name_or_path)
+    return AutoTokenizer.from_pretrained(resolve_model(name_or_path))  # a named model: its cached folder
+
+
+def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    """Whether two tokenizers make the same ids and chat turns: vocabulary, chat template, EOS and pad."""
+    return a is b or (
+        a.get_vocab() == b.get_vocab()
+        and a.chat_template == b.chat_template
+        and (a.eos_token_id, a.pad_token_id) == (b.eos_token_id, b.pad_token_id)
+    )
 
 
 def resolve_tokenizer(tokenizer: str | os.PathLike[str] | PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

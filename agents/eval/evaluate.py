@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from creditgym.agents.eval.scripted import SCRIPTED, Agent
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.rollout import PolicyAgent, play
-from creditgym.envs import env_accepts, make, resolve_env_id
+from creditgym.envs import env_accepts, make, resolve_env_id, with_tokenizer
 
 
 @dataclass
@@ -61,8 +61,9 @@ class Report:
 def make_agent(
     spec: str, *, device: str | None = None, base_url: str | None = None, check_only: bool = False
 ) -> Agent:
-    """``oracle``, ``empty``, ``random``, ``hf:PATH`` (a local model folder or ``creditgym/tiny``, greedy), or
-    ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM server).
+    """``oracle``, ``empty``, ``random``, ``hf:PATH`` (anything ``--model`` takes: a folder, ``creditgym/tiny``,
+    ``smollm2-135m``, ...; greedy), or ``openai:MODEL`` (any OpenAI-compatible endpoint at ``base_url``, e.g. a vLLM
+    server).
 
     ``check_only`` checks the spec's form and makes nothing (returns None): a Ray evaluation makes the agent on
     each node, where ``PATH`` must exist."""
@@ -84,6 +85,13 @@ def make_agent(
     return agent
 
 
+def agent_env_kwargs(env_id: str, env_kwargs: dict[str, Any] | None, agent: Agent) -> dict[str, Any]:
+    """The env's keyword arguments for ``agent``: a policy's env gets the policy's tokenizer (`with_tokenizer`)."""
+    if isinstance(agent, PolicyAgent):
+        return with_tokenizer(env_id, dict(env_kwargs or {}), agent.policy.tokenizer, model=agent.name)
+    return dict(env_kwargs or {})
+
+
 def evaluate(
     env_id: str,
     agent: Agent,
@@ -94,7 +102,7 @@ def evaluate(
     batch: int = 64,
 ) -> Report:
     """Play ``episodes`` episodes of ``env_id``; episode ``i`` is reset with seed ``seed + i``, ``batch`` at a time."""
-    env = make(env_id, **(env_kwargs or {}))
+    env = make(env_id, **agent_env_kwargs(env_id, env_kwargs, agent))
     base = env.unwrapped
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
@@ -307,7 +315,8 @@ def _play_threads(
     lock = threading.Lock() if isinstance(agent, PolicyAgent) else nullcontext()  # one model, one caller
     # One env per worker, made here: importing transformers from several threads at once is not safe.
     envs = [
-        make(env_id, tasks=task_list, **(env_kwargs or {})) for _ in range(max(1, min(workers, len(ids))))
+        make(env_id, tasks=task_list, **agent_env_kwargs(env_id, env_kwargs, agent))
+        for _ in range(max(1, min(workers, len(ids))))
     ]
     free: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for env in envs:
@@ -371,10 +380,11 @@ SPLIT_EVAL_SEED = 10_000_000  # held-out episode i of an env with a test split i
 NO_SPLIT_EVAL_SEED = 2**31  # without a split: seeds past every training reset seed (those are < 2**31)
 
 
-def make_envs(cfg: TrainConfig) -> tuple[gym.Env, gym.Env, int, str | None]:
+def make_envs(cfg: TrainConfig, tokenizer: Any) -> tuple[gym.Env, gym.Env, int, str | None]:
     """The training env, the held-out env, the held-out reset seed base, and a note on how it was chosen.
 
-    Only what every `TokenEnv` has is assumed: ``max_new_tokens`` is passed to an env whose constructor takes it,
+    Both envs get ``tokenizer``, the policy's (`creditgym.envs.with_tokenizer`). Only what every `TokenEnv` has
+    is assumed: ``max_new_tokens`` is passed to an env whose constructor takes it,
     and the held-out env is the test split (``split="test"``) of an env that has one, else the same env reset with
     seeds no training reset uses.
     """
@@ -403,7 +413,9 @@ def make_envs(cfg: TrainConfig) -> tuple[gym.Env, gym.Env, int, str | None]:
             f"env {eval_id!r} has no held-out split: evaluating on reset seeds >= {NO_SPLIT_EVAL_SEED}, which no "
             "training reset uses (its tasks may still repeat); name one with --eval-env-id / --eval-env-kw"
         )
-    return make(env_id, **kwargs), make(eval_id, **eval_kwargs), seed_base, note
+    train_env = make(env_id, **with_tokenizer(env_id, kwargs, tokenizer, model=cfg.model))
+    eval_env = make(eval_id, **with_tokenizer(eval_id, eval_kwargs, tokenizer, model=cfg.model))
+    return train_env, eval_env, seed_base, note
 
 
 def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int) -> dict[str, float]:

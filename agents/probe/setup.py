@@ -134,7 +134,8 @@ def find_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 def _resolve(cfg: ProbeConfig) -> tuple[TrainConfig, dict[str, Any] | None, Path | None]:
     """The run settings (from the checkpoint when there is one, then ``cfg``), the checkpoint's state, its path."""
-    state, path, base = None, None, TrainConfig()
+    state, path = None, None
+    base = TrainConfig.for_model(**({"model": cfg.model} if cfg.model else {}))  # the model's defaults
     if cfg.checkpoint is not None:
         path = find_checkpoint(cfg.checkpoint)
         state = load_checkpoint(path)
@@ -229,7 +230,7 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
     trained = TrainConfig(**state["config"]) if state is not None else None
     if state is not None and trained is not None and ckpt_path is not None:
         _load_weights(policy, state, ckpt_path, run.model, trained.model)
-    env = make_envs(run)[0].unwrapped
+    env = make_envs(run, policy.tokenizer)[0].unwrapped
     _check_env(env, env_id, cfg.max_turns)
     step = int(state["step"]) if state is not None else run.steps - 1
     modules: dict[str, tuple[Any, Any, dict[str, SignalProvider]]] = {}

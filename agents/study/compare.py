@@ -177,7 +177,7 @@ class CompareConfig:
             raise ValueError(f"CompareConfig.train: {per_run} come from each entry and seed, not the study")
         try:
             train_argv(train)  # an unknown field, or None
-            TrainConfig(**train)  # the trainer's own checks of every value
+            TrainConfig.for_model(**train)  # the trainer's own checks of every value
         except (TypeError, ValueError) as e:
             raise ValueError(f"CompareConfig.train {train}: {e}") from e
         from creditgym.envs import resolve_env_id
@@ -298,7 +298,9 @@ def run_status(folder: Path, settings: Sequence[str], steps: int) -> tuple[str, 
 
 def resolved_train_config(train: Mapping[str, Any], entry: Entry, seed: int) -> dict[str, Any]:
     """The `TrainConfig` of one run, every field (defaults included), as JSON: what its ``config.json`` holds."""
-    cfg = resolve(TrainConfig(**train, credit=entry.module, credit_kwargs=dict(entry.kwargs), seed=seed))
+    cfg = resolve(
+        TrainConfig.for_model(**train, credit=entry.module, credit_kwargs=dict(entry.kwargs), seed=seed)
+    )
     return json.loads(json.dumps(asdict(cfg), default=dict))
 
 

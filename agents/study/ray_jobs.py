@@ -399,7 +399,7 @@ def _swe_task(
     returns the record, the trajectory and the agent's name."""
     import ray
 
-    from creditgym.agents.eval.evaluate import make_agent, play_with_retry
+    from creditgym.agents.eval.evaluate import agent_env_kwargs, make_agent, play_with_retry
     from creditgym.envs import make
 
     task_list = _cached(
@@ -411,7 +411,7 @@ def _swe_task(
         _CACHE[task.image] = True
     agent = _cached(f"agent:{agent_spec}:{base_url}", lambda: make_agent(agent_spec, base_url=base_url))
     key = f"env:{env_id}:{json.dumps(env_kwargs, sort_keys=True)}:{tasks[0].hex()}"
-    env = _cached(key, lambda: make(env_id, tasks=task_list, **env_kwargs))
+    env = _cached(key, lambda: make(env_id, tasks=task_list, **agent_env_kwargs(env_id, env_kwargs, agent)))
     record, trajectory = play_with_retry(env, agent, instance_id, seed)
     return dataclasses.asdict(record), trajectory, agent.name
 

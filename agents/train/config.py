@@ -9,6 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Defaults that differ per model (`TrainConfig.for_model`), measured on it: docs/models.md has the runs.
+#: SmolLM2-135M-Instruct at the tiny model's lr 5e-5 fell 0.21 -> 0.02 held-out after one grpo step; at 1e-6
+#: it keeps its score.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "smollm2-135m": {"lr": 1e-6, "temperature": 1.0, "max_new_tokens": 48},
+}
+
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3")
 LOSSES: tuple[str, ...] = ("ppo", "dis")
@@ -30,14 +37,15 @@ class TrainConfig:
         eval_env_kwargs: Keyword arguments of the evaluation env (added to ``env_kwargs`` when it is the same env).
         credit: Name of the credit module (``creditgym.credit.available()``).
         credit_kwargs: Fields of the module's config that differ from its defaults.
-        model: ``creditgym/tiny``, a local Hugging Face folder, or a cached hub id.
+        model: ``creditgym/tiny``, a named model (``smollm2-135m``, ``creditgym models``), a ``.gguf`` file, a
+            local Hugging Face folder, or a cached hub id; a named model brings its defaults (`MODEL_DEFAULTS`).
         steps: Optimizer steps (one rollout batch each).
         seed: Seeds everything; step ``k`` draws from generators seeded with ``(seed, k)``.
         prompts_per_step: P tasks per step.
         group_size: G completions per task.
         temperature: Sampling temperature during training.
         top_p: Nucleus mass during training.
-        lr: Actor learning rate (AdamW).
+        lr: Actor learning rate (AdamW); smollm2-135m: 1e-6.
         critic_lr: Critic learning rate (modules that train a critic).
         weight_decay: AdamW weight decay of the actor.
         epochs: Passes over each rollout batch.
@@ -102,6 +110,11 @@ class TrainConfig:
     probe_prompts: int = 2
     probe_k: int = 8
     probe_stride: int = 1
+
+    @classmethod
+    def for_model(cls, **fields: Any) -> TrainConfig:
+        """A config whose unset fields take the defaults of its model (`MODEL_DEFAULTS`), then the class's."""
+        return cls(**{**MODEL_DEFAULTS.get(str(fields.get("model", cls.model)), {}), **fields})
 
     def __post_init__(self) -> None:
         positive = (

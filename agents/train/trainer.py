@@ -73,15 +73,16 @@ class Trainer:
         cfg = resolve(cfg)  # what the run leaves to its module: the actor loss (pact: DIS)
         self.cfg, self.out = cfg, Path(out)
         self.credit_cfg = self.module.make_config(cfg.credit_kwargs)
-        self.env, self.eval_env, self.eval_seed, note = make_envs(cfg)
         # Several processes (one per GPU): each samples its own prompts; DDP averages the actor's gradients.
         self.accelerator = _accelerator(cfg)
         self.rank = self.accelerator.process_index if self.accelerator is not None else 0
         self.is_main = self.rank == 0
-        if note and self.is_main:
-            print(f"[creditgym] {note}")
         device = str(self.accelerator.device) if self.accelerator is not None else cfg.device
         self.policy = load_policy(cfg.model, device=device)
+        # the envs get the policy's tokenizer: the sequence sampled is the sequence trained on
+        self.env, self.eval_env, self.eval_seed, note = make_envs(cfg, self.policy.tokenizer)
+        if note and self.is_main:
+            print(f"[creditgym] {note}")
         if cfg.backend == "vllm":
             from creditgym.agents.train.backends import VLLMBackend
 

@@ -124,10 +124,11 @@ def test_bad_env_ids_and_kwargs_say_what_is_wrong(tmp_path: Path, monkeypatch: p
         gym_id = "testing/NoBudget-v0"
         import gymnasium as gym
 
+        from creditgym.envs import load_tokenizer
         from creditgym.envs.math import MathEnv
 
         gym.register(gym_id, entry_point=lambda: MathEnv(max_new_tokens=8))
-        make_envs(TrainConfig(env_id=gym_id, max_new_tokens=12))
+        make_envs(TrainConfig(env_id=gym_id, max_new_tokens=12), load_tokenizer())
     res = _cli(
         f"train --env creditgym/Math-v0 --env-kw bogus=1 --out {tmp_path / 'r'} {SMALL}",
         pythonpath=EXAMPLES,

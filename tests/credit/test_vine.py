@@ -50,7 +50,9 @@ def _providers(policy: Policy, kwargs: dict[str, object], env_id: str = "creditg
     cfg = TrainConfig(env_id=env_id, credit="vine", credit_kwargs=kwargs, max_new_tokens=24)
     module = credit.get("vine")
     return build_providers(
-        RunContext(cfg, policy, make_envs(cfg)[0].unwrapped, env_id), module, module.make_config(kwargs)
+        RunContext(cfg, policy, make_envs(cfg, policy.tokenizer)[0].unwrapped, env_id),
+        module,
+        module.make_config(kwargs),
     )
 
 
