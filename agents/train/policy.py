@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from creditgym.agents.train.backends import GenerationBackend, HFBackend
+from creditgym.agents.train.backends import GenerationBackend, HFBackend, Sampled
 from creditgym.envs.tokenizer import default_stop_token_ids
 
 if TYPE_CHECKING:
@@ -184,11 +184,11 @@ class Policy:
         """Sample one continuation per prompt, with its behaviour log-probs.
 
         The behaviour log-probs are those of the **model** (log-softmax of its logits at temperature 1, no
-        top-p), computed in one teacher-forced pass (:meth:`logprobs`) after generation, not those of the tempered
-        or truncated distribution actually sampled from. That is the quantity the policy-gradient ratio
-        ``pi_new / pi_old`` needs (the same function of the weights before and after an update), and at
-        temperature 1, top_p 1 it *is* the sampling distribution. Recomputing instead of reading generation
-        scores makes them bit-for-bit the numbers :meth:`logprobs` gives, whatever the backend.
+        top-p), not those of the tempered or truncated distribution actually sampled from: the quantity the
+        policy-gradient ratio ``pi_new / pi_old`` needs, and at temperature 1, top_p 1 the sampling distribution.
+        The Hugging Face backend reads them off the logits each token was drawn from (no extra pass; equal to
+        :meth:`logprobs` to float noise); for a backend that does not report them (vLLM) they come from one
+        teacher-forced pass (:meth:`logprobs`) after generation.
 
         Args:
             prompts: ``B`` token-id sequences (e.g. ``MathEnv.prompt_tokens(task)``).
@@ -197,23 +197,30 @@ class Policy:
             top_p: Nucleus mass, in (0, 1].
             stop_token_ids: Tokens that end a continuation (default: :attr:`stop_token_ids`).
             generator: Seeded generator; with it, sampling is deterministic (otherwise ``torch.manual_seed`` is).
-            batch_size: Rows per scoring pass (``None``: all at once).
+            batch_size: Rows per scoring pass, when there is one (``None``: all at once).
 
         Returns:
             A :class:`SampleOutput`.
         """
         stops = self.stop_token_ids if stop_token_ids is None else frozenset(int(t) for t in stop_token_ids)
         prompt_ids = [_as_ids(p) for p in prompts]
-        tokens = self.backend.generate(
-            prompt_ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop_token_ids=stops,
-            generator=generator,
+        kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop_token_ids": stops,
+            "generator": generator,
+        }
+        scored_by_backend = getattr(self.backend, "generate_scored", None)
+        sampled = (
+            scored_by_backend(prompt_ids, **kwargs)
+            if scored_by_backend is not None
+            else Sampled(self.backend.generate(prompt_ids, **kwargs))
         )
-        scored = self.logprobs(prompt_ids, tokens, batch_size=batch_size, return_entropy=False)
-        logprobs = [scored.logprobs[i, : len(t)].float().cpu() for i, t in enumerate(tokens)]
+        tokens, logprobs = sampled.tokens, sampled.logprobs
+        if logprobs is None:  # a backend that cannot report them exactly (vLLM): one teacher-forced pass
+            scored = self.logprobs(prompt_ids, tokens, batch_size=batch_size, return_entropy=False)
+            logprobs = [scored.logprobs[i, : len(t)].float().cpu() for i, t in enumerate(tokens)]
         return SampleOutput(
             tokens=tokens, logprobs=logprobs, stopped=[bool(t) and t[-1] in stops for t in tokens]
         )
