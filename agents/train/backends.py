@@ -177,7 +177,8 @@ class HFBackend(Backend):
     """Sampling from a Hugging Face causal LM with its KV cache, in left-padded batches, on any device.
 
     A decode loop of its own (what ``model.generate`` does for plain sampling, minus its general machinery): one
-    prefill pass over the left-padded prompts (``attention_mask`` marks the padding, position ids follow from it),
+    prefill pass over the left-padded prompts (``attention_mask`` marks the padding, position ids follow from it;
+    identical prompts, such as a group's or a probe start's forks, are prefilled once and their cache rows copied),
     then one cached forward pass per new token for the rows still running. A row that samples a stop token leaves
     the batch (its cache rows are dropped), so the passes shrink as rows finish where ``generate`` would keep
     computing them. Each sampled token's log-prob under the model's own distribution (temperature 1, no top-p) is
@@ -209,21 +210,21 @@ class HFBackend(Backend):
     @torch.no_grad()
     def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
         device = next(self.model.parameters()).device
-        n, width = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)  # (B, P)
-        att = torch.zeros((n, width), dtype=torch.long)  # (B, P)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            att[i, width - len(p) :] = 1
-        ids, att = ids.to(device), att.to(device)
-        pos = (att.cumsum(-1) - 1).clamp_min(0)  # (B, P)
-        extra = {"logits_to_keep": 1} if _takes(self.model, "logits_to_keep") else {}
-        cache_arg = (
-            "cache" if _takes(self.model, "cache") else "past_key_values"
-        )  # transformers >= 5 says cache
-        out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **extra)
-        cache, logits = _cache_of(out), out.logits[:, -1]  # (B, V)
+        n = len(prompts)
+        unique: dict[tuple[int, ...], int] = {}
+        source = torch.tensor(
+            [unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device
+        )  # (B,)
+        logits, cache, att, pos = self._prefill([list(p) for p in unique], device)
         shrink = _can_shrink(cache)
+        if (
+            len(unique) < n and shrink
+        ):  # identical prompts (a group's, a probe start's forks) share one prefill
+            cache.batch_select_indices(source)
+            logits, att, pos = logits[source], att[source], pos[source]
+        elif len(unique) < n:  # a cache whose rows cannot be copied: prefill every row
+            logits, cache, att, pos = self._prefill([list(p) for p in prompts], device)
+        cache_arg = "cache" if _takes(self.model, "cache") else "past_key_values"  # transformers >= 5: cache
         rows = torch.arange(n, device=device)  # batch row -> prompt index
         nxt_pos = pos[:, -1:] + 1  # (B, 1)
         stops = torch.tensor(sampling.stops, device=device)
@@ -259,6 +260,23 @@ class HFBackend(Backend):
             out = self.model(**step_in, use_cache=True)
             cache, logits, nxt_pos = _cache_of(out), out.logits[:, -1], nxt_pos + 1
         return Sampled(tokens, [torch.tensor(v, dtype=torch.float32) for v in logps])
+
+    def _prefill(
+        self, prompts: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """One pass over the left-padded ``prompts``: last logits ``(B, V)``, KV cache, attention mask and
+        position ids ``(B, P)``."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # (B, P)
+        att = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, P)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            att[i, width - len(p) :] = 1
+        ids, att = ids.to(device), att.to(device)
+        pos = (att.cumsum(-1) - 1).clamp_min(0)  # (B, P)
+        extra = {"logits_to_keep": 1} if _takes(self.model, "logits_to_keep") else {}
+        out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **extra)
+        return out.logits[:, -1], _cache_of(out), att, pos
 
 
 def _takes(model: nn.Module, name: str) -> bool:
