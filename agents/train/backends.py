@@ -119,25 +119,9 @@ class Backend(abc.ABC):
 
     max_batch_size: int | None = None
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Iterable[int],
-        generator: torch.Generator | None = None,
-    ) -> list[list[int]]:
-        """Generated token ids per prompt (see :class:`GenerationBackend`)."""
-        return self.generate_scored(
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop_token_ids=stop_token_ids,
-            generator=generator,
-        ).tokens
+    def generate(self, prompts: Sequence[Sequence[int]], **sampling: Any) -> list[list[int]]:
+        """Generated token ids per prompt (see :class:`GenerationBackend`; ``sampling``: `generate_scored`'s)."""
+        return self.generate_scored(prompts, **sampling).tokens
 
     def generate_scored(
         self,

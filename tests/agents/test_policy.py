@@ -53,6 +53,16 @@ def plain_logprobs(policy: Policy, prompt: list[int], tokens: list[int]) -> torc
     return logp.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1)
 
 
+def right_padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, T)`` right-padded ids (pad 0) and attention mask."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    att = torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    return ids, att
+
+
 def test_bundled_model_loads_offline(policy: Policy) -> None:
     assert policy.model.config.vocab_size == len(policy.tokenizer) == 2048
     assert policy.tokenizer.eos_token == "<|im_end|>"
@@ -187,11 +197,8 @@ def test_logprobs_of_a_ragged_batch_equal_per_row_calls(policy: Policy, prompts)
 
 def test_forward_logprobs_keeps_the_graph_and_aligns_tokens(policy: Policy, prompts) -> None:
     seqs = prompts[:3]
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros(3, width, dtype=torch.long)
-    att = torch.zeros(3, width, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    ids, att = right_padded(seqs)
+    width = ids.shape[1]
     out = policy.forward_logprobs(ids, att)
     assert out.logprobs.shape == out.entropies.shape == out.mask.shape == (3, width)
     assert out.logprobs.requires_grad
@@ -247,11 +254,8 @@ def test_attention_statistics_and_hidden_states(policy: Policy, prompts) -> None
 def test_scoring_only_the_masked_tokens_gives_the_same_values_and_gradients(policy: Policy, prompts) -> None:
     """``score_mask`` runs the LM head on the masked tokens' positions only: same numbers, same gradients."""
     seqs = prompts[:3]
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros(3, width, dtype=torch.long)
-    att = torch.zeros(3, width, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    ids, att = right_padded(seqs)
+    width = ids.shape[1]
     wanted = torch.zeros(3, width, dtype=torch.bool)
     wanted[:, width // 2 :] = True  # a "response" half, padding included
     wanted[1, 0] = True  # token 0 has no predicting position: never scored
