@@ -42,11 +42,13 @@ def count(model: str, credit: str, kl_coef: float, seed: int = 0) -> dict[str, A
     def hook(name: str) -> Any:
         def pre(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             ids, att = kwargs["input_ids"], kwargs.get("attention_mask")
+            real = (
+                int(att.sum()) if att is not None and att.shape == ids.shape else ids.numel()
+            )  # padding: 0s
             if kwargs.get("use_cache"):
-                kind, tokens = ("decode", ids.shape[0]) if ids.shape[1] == 1 else ("prefill", int(att.sum()))
+                kind, tokens = ("decode", ids.shape[0]) if ids.shape[1] == 1 else ("prefill", real)
             else:
-                kind = "train" if torch.is_grad_enabled() else "score"
-                tokens = int(att.sum()) if att is not None else ids.numel()
+                kind, tokens = ("train" if torch.is_grad_enabled() else "score"), real
             counts[f"{name} {kind} passes"] += 1
             counts[f"{name} {kind} tokens"] += tokens
 
