@@ -1,20 +1,20 @@
-"""Generation backends: who samples the policy's tokens. Hugging Face ``generate`` (CPU, GPU) and vLLM (GPU).
+"""Generation backends: who samples the policy's tokens. Hugging Face models (a KV-cached decode loop; CPU, GPU)
+and vLLM (GPU).
 
-A backend only turns prompts into sampled token ids. It does **not** report log-probabilities: the
-:class:`~creditgym.agents.train.policy.Policy` recomputes the behaviour log-probs of every sampled token with one
-teacher-forced forward pass of its own model (:meth:`Policy.logprobs`). That costs one extra forward pass (cheap
-next to autoregressive decoding), and buys the property the trainer relies on: ``old_logprobs`` are computed by
-exactly the code that computes the new ones in the loss, so the importance ratio is 1 before the first update.
-Log-probs taken from ``generate``'s scores (or from vLLM, whose kernels and sampler differ from the trainer's)
-would carry a small, systematic mismatch into every ratio.
+The Hugging Face backend reports the behaviour log-prob of every token it samples, read off the logits it drew the
+token from (:class:`Sampled`): the trainer's ``old_logprobs`` then cost no forward pass of their own. They agree
+with the trainer's teacher-forced pass to float noise (a cached decode and a full pass sum in different orders;
+``tests/agents/test_policy.py`` bounds the gap), so the importance ratio before the first update is 1 to that
+noise, which the PPO clip and the DIS truncation never see. vLLM's kernels and sampler differ from the trainer's,
+so its tokens are rescored by the policy's own pass (:meth:`Policy.logprobs`) instead.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
+import inspect
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -23,7 +23,15 @@ import torch
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Backend", "GenerationBackend", "HFBackend", "Sampling", "VLLMBackend", "truncate_at_stop"]
+__all__ = [
+    "Backend",
+    "GenerationBackend",
+    "HFBackend",
+    "Sampled",
+    "Sampling",
+    "VLLMBackend",
+    "truncate_at_stop",
+]
 
 
 @runtime_checkable
@@ -78,26 +86,6 @@ def _seed_from(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
 
 
-@contextlib.contextmanager
-def _rng_from(generator: torch.Generator | None, device: torch.device) -> Iterator[None]:
-    """Run the block on torch's global RNG seeded from ``generator``, restoring the global RNG afterwards.
-
-    ``model.generate`` samples with the global RNG and takes no generator, so a seeded ``torch.Generator`` is
-    turned into a seed for a forked global RNG: the result is deterministic in the generator's state, and the
-    caller's global RNG stream is left untouched. With no generator the global RNG is used as is
-    (``torch.manual_seed`` then makes sampling deterministic).
-    """
-    if generator is None:
-        yield
-        return
-    seed = _seed_from(generator)
-    # manual_seed reseeds every CUDA device, so fork (and later restore) all of them.
-    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 @dataclass(frozen=True)
 class Sampling:
     """One ``generate`` call's sampling rule, checked (`Backend.generate` builds it)."""
@@ -109,6 +97,19 @@ class Sampling:
     generator: torch.Generator | None
 
 
+@dataclass
+class Sampled:
+    """A batch's generated token ids and, from a backend that reads them off its own decode, their log-probs.
+
+    ``logprobs[i]`` is a float32 CPU tensor of ``len(tokens[i])``: ``log p(token)`` under the model at
+    temperature 1 with no top-p; ``None`` when the backend cannot report them exactly (vLLM: its kernels differ
+    from the trainer's, so the policy rescores).
+    """
+
+    tokens: list[list[int]]
+    logprobs: list[torch.Tensor] | None = None
+
+
 class Backend(abc.ABC):
     """What every backend here shares: argument checks, stop ids, batches of at most ``max_batch_size`` prompts.
 
@@ -118,7 +119,11 @@ class Backend(abc.ABC):
 
     max_batch_size: int | None = None
 
-    def generate(
+    def generate(self, prompts: Sequence[Sequence[int]], **sampling: Any) -> list[list[int]]:
+        """Generated token ids per prompt (see :class:`GenerationBackend`; ``sampling``: `generate_scored`'s)."""
+        return self.generate_scored(prompts, **sampling).tokens
+
+    def generate_scored(
         self,
         prompts: Sequence[Sequence[int]],
         *,
@@ -127,8 +132,8 @@ class Backend(abc.ABC):
         top_p: float = 1.0,
         stop_token_ids: Iterable[int],
         generator: torch.Generator | None = None,
-    ) -> list[list[int]]:
-        """Generated token ids per prompt (see :class:`GenerationBackend`)."""
+    ) -> Sampled:
+        """`generate`'s tokens with their log-probs where the backend has them (see :class:`Sampled`)."""
         _check_sampling(max_new_tokens, temperature, top_p)
         stops = sorted({int(t) for t in stop_token_ids})
         if not stops:
@@ -137,14 +142,15 @@ class Backend(abc.ABC):
             raise ValueError("every prompt needs at least one token")
         sampling = Sampling(max_new_tokens, float(temperature), float(top_p), stops, generator)
         size = self.max_batch_size or max(len(prompts), 1)
-        out: list[list[int]] = []
-        for start in range(0, len(prompts), size):
-            out.extend(self._sample(prompts[start : start + size], sampling))
-        return out
+        parts = [self._sample(prompts[lo : lo + size], sampling) for lo in range(0, len(prompts), size)]
+        tokens = [t for part in parts for t in part.tokens]
+        if any(part.logprobs is None for part in parts):
+            return Sampled(tokens)
+        return Sampled(tokens, [lp for part in parts for lp in part.logprobs or []])
 
     @abc.abstractmethod
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
-        """Token ids for one batch of prompts, each cut at and including its first stop token."""
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
+        """Token ids (and log-probs, if the backend has them) for one batch, each cut at its first stop token."""
 
     @abc.abstractmethod
     def sync_weights(self, model: nn.Module) -> None:
@@ -152,18 +158,26 @@ class Backend(abc.ABC):
 
 
 class HFBackend(Backend):
-    """Sampling with Hugging Face ``model.generate``: KV cache, left-padded batches, any device.
+    """Sampling from a Hugging Face causal LM with its KV cache, in left-padded batches, on any device.
 
-    Prompts are left-padded into one batch (``attention_mask`` marks the padding; ``generate`` derives position
-    ids from it), so a batch gives the same tokens as one-by-one generation up to floating-point noise. Each
-    sequence stops at its first stop token; the batch stops when all have, or at ``max_new_tokens``.
+    A decode loop of its own (what ``model.generate`` does for plain sampling, minus its general machinery): one
+    prefill pass over the left-padded prompts (``attention_mask`` marks the padding, position ids follow from it;
+    identical prompts, such as a group's or a probe start's forks, are prefilled once and their cache rows copied),
+    then one cached forward pass per new token for the rows still running. A row that samples a stop token leaves
+    the batch (its cache rows are dropped), so the passes shrink as rows finish where ``generate`` would keep
+    computing them. Each sampled token's log-prob under the model's own distribution (temperature 1, no top-p) is
+    read from the logits it was drawn from: :meth:`generate_scored` returns them, and
+    :meth:`~creditgym.agents.train.policy.Policy.sample` takes them instead of a second, teacher-forced pass
+    (they agree with that pass to float noise: ``tests/agents/test_policy.py``).
 
-    The backend samples from the very module the trainer updates, so :meth:`sync_weights` has nothing to do.
+    Sampling: logits / temperature, cut to the ``top_p`` nucleus, drawn with ``generator`` (the global RNG
+    without one); ``temperature == 0`` is argmax. The model's ``generation_config.json`` is never read. The
+    backend samples from the very module the trainer updates, so :meth:`sync_weights` has nothing to copy.
 
     Args:
-        model: A Hugging Face causal LM (``GenerationMixin``).
+        model: A Hugging Face causal LM.
         pad_token_id: Id used to pad prompts (never attended to, never returned).
-        max_batch_size: Prompts per ``generate`` call (``None``: all at once).
+        max_batch_size: Prompts per decode batch (``None``: all at once).
     """
 
     def __init__(self, model: nn.Module, *, pad_token_id: int, max_batch_size: int | None = None) -> None:
@@ -178,46 +192,110 @@ class HFBackend(Backend):
         self.model = model
 
     @torch.no_grad()
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
-        from transformers import GenerationConfig
-
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
         device = next(self.model.parameters()).device
+        n = len(prompts)
+        unique: dict[tuple[int, ...], int] = {}
+        source = torch.tensor(
+            [unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device
+        )  # (B,)
+        logits, cache, att, pos = self._prefill([list(p) for p in unique], device)
+        shrink = _can_shrink(cache)
+        if (
+            len(unique) < n and shrink
+        ):  # identical prompts (a group's, a probe start's forks) share one prefill
+            cache.batch_select_indices(source)
+            logits, att, pos = logits[source], att[source], pos[source]
+        elif len(unique) < n:  # a cache whose rows cannot be copied: prefill every row
+            logits, cache, att, pos = self._prefill([list(p) for p in prompts], device)
+        cache_arg = "cache" if _takes(self.model, "cache") else "past_key_values"  # transformers >= 5: cache
+        rows = torch.arange(n, device=device)  # batch row -> prompt index
+        nxt_pos = pos[:, -1:] + 1  # (B, 1)
+        stops = torch.tensor(sampling.stops, device=device)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logps: list[list[float]] = [[] for _ in range(n)]
+        running = torch.ones(n, dtype=torch.bool, device=device)  # rows kept without shrinking
+        for step in range(sampling.max_new_tokens):
+            logp = torch.log_softmax(logits.float(), dim=-1)  # (b, V)
+            token = _draw(logits.float(), sampling)  # (b,)
+            lp = logp.gather(-1, token[:, None])[:, 0]  # (b,)
+            stopped = torch.isin(token, stops)
+            for r, t, v, live in zip(
+                rows.tolist(), token.tolist(), lp.tolist(), running.tolist(), strict=True
+            ):
+                if live:
+                    tokens[r].append(t)
+                    logps[r].append(v)
+            running = running & ~stopped
+            if step + 1 == sampling.max_new_tokens or not running.any():
+                break
+            if shrink and not running.all():
+                keep = running.nonzero()[:, 0]
+                cache.batch_select_indices(keep)
+                rows, token, att, nxt_pos = rows[keep], token[keep], att[keep], nxt_pos[keep]
+                running = running[keep]
+            att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)
+            step_in = {
+                "input_ids": token[:, None],
+                "attention_mask": att,
+                "position_ids": nxt_pos,
+                cache_arg: cache,
+            }
+            out = self.model(**step_in, use_cache=True)
+            cache, logits, nxt_pos = _cache_of(out), out.logits[:, -1], nxt_pos + 1
+        return Sampled(tokens, [torch.tensor(v, dtype=torch.float32) for v in logps])
+
+    def _prefill(
+        self, prompts: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """One pass over the left-padded ``prompts``: last logits ``(B, V)``, KV cache, attention mask and
+        position ids ``(B, P)``."""
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # (B, P)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, P)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # (B, P)
+        att = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, P)
         for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            attention_mask[i, width - len(p) :] = 1
-        rule: dict[str, Any] = (
-            {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
-            if sampling.temperature > 0
-            else {"do_sample": False}
-        )
-        config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
-            eos_token_id=sampling.stops,
-            pad_token_id=self.pad_token_id,
-            use_cache=True,
-            **rule,
-        )
-        # The model's own generation defaults (top_k=50, repetition penalties, ... in generation_config.json)
-        # would fill every field left unset here: sample from a blank config instead, so that "temperature and
-        # top_p" is the whole sampling rule.
-        saved = self.model.generation_config
-        self.model.generation_config = GenerationConfig()
-        try:
-            with _rng_from(sampling.generator, device):
-                sequences = self.model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    generation_config=config,
-                )  # (B, P + N)
-        finally:
-            self.model.generation_config = saved
-        new = sequences[:, width:].tolist()
-        # A row still running when the batch stopped used the whole budget, so cutting at the first stop token
-        # (and dropping the padding written after it) recovers every row exactly.
-        return [truncate_at_stop(row, sampling.stops) for row in new]
+            ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            att[i, width - len(p) :] = 1
+        ids, att = ids.to(device), att.to(device)
+        pos = (att.cumsum(-1) - 1).clamp_min(0)  # (B, P)
+        extra = {"logits_to_keep": 1} if _takes(self.model, "logits_to_keep") else {}
+        out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **extra)
+        return out.logits[:, -1], _cache_of(out), att, pos
+
+
+def _takes(model: nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` has a parameter ``name``."""
+    return name in inspect.signature(model.forward).parameters
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward pass returned (``cache`` in transformers >= 5, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _can_shrink(cache: Any) -> bool:
+    """Whether finished rows can be dropped from ``cache`` (a plain dynamic cache of full-attention layers)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return type(cache) is DynamicCache and bool(layers) and all(type(x) is DynamicLayer for x in layers)
+
+
+def _draw(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """One token per row of ``(b, V)`` float logits under ``sampling``'s temperature and top-p rule."""
+    if sampling.temperature == 0:
+        return logits.argmax(-1)
+    scores = logits / sampling.temperature
+    if (
+        sampling.top_p < 1
+    ):  # the nucleus as Hugging Face's TopPLogitsWarper cuts it (the top token always stays)
+        ordered, order = torch.sort(scores, descending=False)
+        drop = ordered.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
+        drop[:, -1] = False
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return torch.multinomial(scores.softmax(-1), 1, generator=sampling.generator)[:, 0]
 
 
 class VLLMBackend(Backend):
@@ -273,7 +351,7 @@ class VLLMBackend(Backend):
         kwargs.update(llm_kwargs)
         self.llm = vllm.LLM(**kwargs)
 
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[list[int]]:
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
         """One seed per request drawn from ``sampling.generator`` makes a call deterministic in its state."""
         generator, stops = sampling.generator, sampling.stops
         base_seed = _seed_from(generator) if generator is not None else None
@@ -304,7 +382,7 @@ class VLLMBackend(Backend):
             ):
                 tokens.append(int(completion.stop_reason))
             result.append(truncate_at_stop(tokens, stops))
-        return result
+        return Sampled(result)
 
     @torch.no_grad()
     def sync_weights(self, model: nn.Module) -> None:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from creditgym.agents.train.backends import GenerationBackend, HFBackend
+from creditgym.agents.train.backends import GenerationBackend, HFBackend, Sampled
 from creditgym.envs.tokenizer import default_stop_token_ids
 
 if TYPE_CHECKING:
@@ -185,11 +185,11 @@ class Policy:
         """Sample one continuation per prompt, with its behaviour log-probs.
 
         The behaviour log-probs are those of the **model** (log-softmax of its logits at temperature 1, no
-        top-p), computed in one teacher-forced pass (:meth:`logprobs`) after generation, not those of the tempered
-        or truncated distribution actually sampled from. That is the quantity the policy-gradient ratio
-        ``pi_new / pi_old`` needs (the same function of the weights before and after an update), and at
-        temperature 1, top_p 1 it *is* the sampling distribution. Recomputing instead of reading generation
-        scores makes them bit-for-bit the numbers :meth:`logprobs` gives, whatever the backend.
+        top-p), not those of the tempered or truncated distribution actually sampled from: the quantity the
+        policy-gradient ratio ``pi_new / pi_old`` needs, and at temperature 1, top_p 1 the sampling distribution.
+        The Hugging Face backend reads them off the logits each token was drawn from (no extra pass; equal to
+        :meth:`logprobs` to float noise); for a backend that does not report them (vLLM) they come from one
+        teacher-forced pass (:meth:`logprobs`) after generation.
 
         Args:
             prompts: ``B`` token-id sequences (e.g. ``MathEnv.prompt_tokens(task)``).
@@ -198,23 +198,30 @@ class Policy:
             top_p: Nucleus mass, in (0, 1].
             stop_token_ids: Tokens that end a continuation (default: :attr:`stop_token_ids`).
             generator: Seeded generator; with it, sampling is deterministic (otherwise ``torch.manual_seed`` is).
-            batch_size: Rows per scoring pass (``None``: all at once).
+            batch_size: Rows per scoring pass, when there is one (``None``: all at once).
 
         Returns:
             A :class:`SampleOutput`.
         """
         stops = self.stop_token_ids if stop_token_ids is None else frozenset(int(t) for t in stop_token_ids)
         prompt_ids = [_as_ids(p) for p in prompts]
-        tokens = self.backend.generate(
-            prompt_ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop_token_ids=stops,
-            generator=generator,
+        kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop_token_ids": stops,
+            "generator": generator,
+        }
+        scored_by_backend = getattr(self.backend, "generate_scored", None)
+        sampled = (
+            scored_by_backend(prompt_ids, **kwargs)
+            if scored_by_backend is not None
+            else Sampled(self.backend.generate(prompt_ids, **kwargs))
         )
-        scored = self.logprobs(prompt_ids, tokens, batch_size=batch_size, return_entropy=False)
-        logprobs = [scored.logprobs[i, : len(t)].float().cpu() for i, t in enumerate(tokens)]
+        tokens, logprobs = sampled.tokens, sampled.logprobs
+        if logprobs is None:  # a backend that cannot report them exactly (vLLM): one teacher-forced pass
+            scored = self.logprobs(prompt_ids, tokens, batch_size=batch_size, return_entropy=False)
+            logprobs = [scored.logprobs[i, : len(t)].float().cpu() for i, t in enumerate(tokens)]
         return SampleOutput(
             tokens=tokens, logprobs=logprobs, stopped=[bool(t) and t[-1] in stops for t in tokens]
         )
@@ -230,6 +237,8 @@ class Policy:
         return_hidden: bool = False,
         attention_layers: Sequence[int] | None = None,
         module: nn.Module | None = None,
+        score_mask: Tensor | None = None,
+        entropy_grad: bool = True,
     ) -> ForwardOutput:
         """Teacher-forced log-probs of every token given the ones before it, keeping the autograd graph.
 
@@ -247,6 +256,11 @@ class Policy:
                 top of the usual pass.
             module: Run this wrapper of :attr:`model` instead (e.g. its ``DistributedDataParallel`` wrapper in a
                 multi-process run, so the backward pass all-reduces the gradients).
+            score_mask: ``(B, T)`` bool, the tokens whose log-probs (and entropies) are wanted, e.g. the policy
+                mask: the LM head then runs on their predicting positions only (the prompt's vocabulary-wide
+                logits are never made) and the other entries are 0. Ignored with hidden states, attention rows, a
+                wrapper ``module`` or a head that is not a plain linear map (softcapped or scaled logits).
+            entropy_grad: False: entropies without an autograd graph (a logged metric, no bonus to backpropagate).
 
         Returns:
             A :class:`ForwardOutput` on the model's device.
@@ -258,6 +272,11 @@ class Policy:
         attention_mask = attention_mask.to(device=device, dtype=torch.long)  # (B, T)
         layers = self._layer_indices(attention_layers)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        head = _plain_head(self.model) if module in (None, self.model) else None
+        if score_mask is not None and head is not None and not (layers or return_hidden):
+            return self._scored_positions(
+                input_ids, attention_mask, position_ids, score_mask, head, return_entropy, entropy_grad
+            )
         eager = self._eager_attention() if layers else contextlib.nullcontext()
         with eager:
             out = (module or self.model)(
@@ -274,7 +293,8 @@ class Policy:
         lp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
         result = ForwardOutput(logprobs=_shift(lp) * mask, mask=mask)
         if return_entropy:
-            entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
+            with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+                entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
             result.entropies = _shift(entropy) * mask
         if return_hidden:
             states = out.hidden_states  # L + 1 entries of (B, T, H); the last one after the final norm
@@ -290,6 +310,33 @@ class Policy:
                 ent = torch.where(keys > 1, ent / norm, torch.zeros_like(ent))
                 stats[layer] = _shift(ent[:, :-1]) * mask
             result.attention_entropy = stats
+        return result
+
+    def _scored_positions(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        score_mask: Tensor,
+        head: nn.Linear,
+        return_entropy: bool,
+        entropy_grad: bool,
+    ) -> ForwardOutput:
+        """`forward_logprobs` with the LM head on the positions predicting ``score_mask``'s tokens only."""
+        out = self.model.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        )
+        real = attention_mask.bool()
+        mask = F.pad(real[:, 1:] & real[:, :-1], (1, 0), value=False) & score_mask.to(real.device)  # (B, T)
+        picked = mask[:, 1:]  # (B, T-1) positions whose next token is scored
+        logp = torch.log_softmax(head(out.last_hidden_state[:, :-1][picked]).float(), dim=-1)  # (N, V)
+        lp = logp.gather(-1, input_ids[:, 1:][picked].unsqueeze(-1)).squeeze(-1)  # (N,)
+        zeros = torch.zeros(picked.shape, dtype=lp.dtype, device=lp.device)  # (B, T-1)
+        result = ForwardOutput(logprobs=_shift(zeros.masked_scatter(picked, lp)), mask=mask)
+        if return_entropy:
+            with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+                entropy = -(logp.exp() * logp).sum(-1)  # (N,)
+            result.entropies = _shift(zeros.masked_scatter(picked, entropy))
         return result
 
     @torch.no_grad()
@@ -406,6 +453,24 @@ def _no_hf_progress_bars() -> Iterator[None]:
     finally:
         if was_on:
             hf_logging.enable_progress_bar()
+
+
+def _plain_head(model: nn.Module) -> nn.Linear | None:
+    """The LM head when the logits are exactly ``head(last hidden state)`` (no softcapping, no scaling), else None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    config = model.config.get_text_config()
+    scaled = (
+        "final_logit_softcapping",
+        "logit_scale",
+        "logits_scaling",
+        "output_multiplier",
+        "lm_head_multiplier",
+    )
+    if type(head) is not nn.Linear or model.base_model is model:
+        return None
+    if any(getattr(config, k, None) is not None for k in scaled):
+        return None
+    return head
 
 
 def _shift(x: Tensor) -> Tensor:

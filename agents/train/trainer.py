@@ -235,7 +235,13 @@ class Trainer:
             for rows in torch.tensor_split(order, min(cfg.minibatches, ids.shape[0])):
                 rows = rows.to(ids.device)
                 m = mask[rows]
-                fwd = self.policy.forward_logprobs(ids[rows], att[rows], module=self.train_module)
+                fwd = self.policy.forward_logprobs(
+                    ids[rows],
+                    att[rows],
+                    module=self.train_module,
+                    score_mask=m,  # the LM head on the response's positions only
+                    entropy_grad=cfg.entropy_coef != 0,  # otherwise the entropy is only logged
+                )
                 loss, metrics = actor_loss(fwd.logprobs, old_lp[rows], advantages[rows], m, cfg)
                 entropy = aggregate(fwd.entropies, m, cfg.loss_agg)
                 loss = loss - cfg.entropy_coef * entropy

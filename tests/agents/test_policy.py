@@ -53,6 +53,16 @@ def plain_logprobs(policy: Policy, prompt: list[int], tokens: list[int]) -> torc
     return logp.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1)
 
 
+def right_padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, T)`` right-padded ids (pad 0) and attention mask."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    att = torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    return ids, att
+
+
 def test_bundled_model_loads_offline(policy: Policy) -> None:
     assert policy.model.config.vocab_size == len(policy.tokenizer) == 2048
     assert policy.tokenizer.eos_token == "<|im_end|>"
@@ -148,6 +158,11 @@ def test_left_padded_batch_equals_one_by_one_greedy(policy: Policy, prompts) -> 
         policy.model, policy.tokenizer, backend=HFBackend(policy.model, pad_token_id=0, max_batch_size=4)
     )
     assert small.sample(prompts, max_new_tokens=40, temperature=0.0).tokens == batch.tokens
+    # identical prompts share one prefill (cache rows copied): the same tokens, log-probs to float noise
+    twice = policy.sample(prompts[:2] * 3, max_new_tokens=40, temperature=0.0)
+    assert twice.tokens == batch.tokens[:2] * 3
+    for a, b in zip(twice.logprobs, batch.logprobs[:2] * 3, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
 
 
 def test_model_generation_config_does_not_change_sampling(policy: Policy, prompts) -> None:
@@ -182,11 +197,8 @@ def test_logprobs_of_a_ragged_batch_equal_per_row_calls(policy: Policy, prompts)
 
 def test_forward_logprobs_keeps_the_graph_and_aligns_tokens(policy: Policy, prompts) -> None:
     seqs = prompts[:3]
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros(3, width, dtype=torch.long)
-    att = torch.zeros(3, width, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+    ids, att = right_padded(seqs)
+    width = ids.shape[1]
     out = policy.forward_logprobs(ids, att)
     assert out.logprobs.shape == out.entropies.shape == out.mask.shape == (3, width)
     assert out.logprobs.requires_grad
@@ -237,6 +249,39 @@ def test_attention_statistics_and_hidden_states(policy: Policy, prompts) -> None
     torch.testing.assert_close(out.logprobs, plain.logprobs, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="out of range"):
         policy.forward_logprobs(ids, att, attention_layers=[n])
+
+
+def test_scoring_only_the_masked_tokens_gives_the_same_values_and_gradients(policy: Policy, prompts) -> None:
+    """``score_mask`` runs the LM head on the masked tokens' positions only: same numbers, same gradients."""
+    seqs = prompts[:3]
+    ids, att = right_padded(seqs)
+    width = ids.shape[1]
+    wanted = torch.zeros(3, width, dtype=torch.bool)
+    wanted[:, width // 2 :] = True  # a "response" half, padding included
+    wanted[1, 0] = True  # token 0 has no predicting position: never scored
+
+    def loss_and_grads(**kw):
+        policy.model.zero_grad(set_to_none=True)
+        out = policy.forward_logprobs(ids, att, **kw)
+        lp, ent = out.logprobs * wanted, out.entropies * wanted
+        (-(lp.sum()) - ent.sum()).backward()
+        return (
+            lp.detach(),
+            ent.detach(),
+            out.mask & wanted,
+            [q.grad.clone() for q in policy.model.parameters()],
+        )
+
+    full = loss_and_grads()
+    part = loss_and_grads(score_mask=wanted)
+    assert torch.equal(part[2], full[2]) and not part[2][:, 0].any()
+    torch.testing.assert_close(part[0], full[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(part[1], full[1], atol=1e-5, rtol=0)
+    for a, b in zip(part[3], full[3], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    lone = policy.forward_logprobs(ids, att, score_mask=wanted, entropy_grad=False)
+    assert lone.logprobs.requires_grad and not lone.entropies.requires_grad
+    policy.model.zero_grad(set_to_none=True)
 
 
 def test_missing_model_paths_raise_file_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
