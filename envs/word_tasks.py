@@ -19,8 +19,8 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-NUMBERS = (2, 12)  # smallest and largest number drawn
-TWO_STEP_SHARE = 0.25  # share of problems drawn from the two-step templates
+NUMBERS = (2, 9)  # smallest and largest number drawn
+TWO_STEP_SHARE = 0.2  # share of problems drawn from the two-step templates
 _NAMES = (
     "Mia",
     "Leo",
@@ -56,13 +56,15 @@ class Template:
     """A problem with slots ``{name}``, ``{other}``, ``{item}``, ``{a}``, ``{b}``, ``{c}``.
 
     ``formula`` is the answer over ``a``, ``b``, ``c`` for sympy; ``compute`` the same in Python, with exact
-    fractions (a division that does not come out whole is redrawn).
+    fractions (a division that does not come out whole is redrawn). ``multiple``: ``a`` is drawn as a multiple
+    of ``b`` (a whole quotient, and the quotient, not ``a``, in the range of :data:`NUMBERS`).
     """
 
     text: str
     formula: str
     compute: Callable[[int, int, int], Fraction]
     steps: int
+    multiple: bool = False
 
 
 TEMPLATES: tuple[Template, ...] = (
@@ -89,6 +91,7 @@ TEMPLATES: tuple[Template, ...] = (
         "a / b",
         lambda a, b, c: Fraction(a, b),
         1,
+        multiple=True,
     ),
     Template(
         "{name} has {a} {item}. {name} finds {b} more {item} and then loses {c} of them. "
@@ -122,6 +125,7 @@ def generate(rng: np.random.Generator) -> tuple[str, sympy.Expr, str]:
     item = _ITEMS[int(rng.integers(len(_ITEMS)))]
     while True:
         a, b, c = (int(n) for n in rng.integers(NUMBERS[0], NUMBERS[1] + 1, size=3))
+        a = a * b if template.multiple else a
         value = template.compute(a, b, c)
         used = {a, b} | ({c} if "{c}" in template.text else set())
         if value.denominator == 1 and value > 0 and int(value) not in used:

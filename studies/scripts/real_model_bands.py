@@ -144,6 +144,25 @@ def table(rows: list[dict[str, Any]], band: tuple[float, float]) -> str:
     return "\n".join(lines)
 
 
+def save(out: Path, rows: list[dict[str, Any]], model: str, note: str, band: tuple[float, float]) -> None:
+    """Write ``out.json`` and ``out.md`` (rows in family order); called after every row, so a stopped run keeps
+    what it measured."""
+    ordered = sorted(rows, key=lambda r: (list(FAMILIES).index(r["family"]), r["temperature"]))
+    result = {
+        "model": model,
+        "note": note,
+        "band": list(band),
+        "machine": f"{platform.machine()}, torch {torch.__version__}",
+        "rows": ordered,
+    }
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    header = (
+        f"Step-0 score of `{model}` on each family's test split ({note}). Mean reward over prompts with the 95% "
+        f"t-interval over prompts; band {band[0]:.0%}-{band[1]:.0%}. Reproduce with the `command` in bands.json.\n\n"
+    )
+    out.with_suffix(".md").write_text(header + table(ordered, band) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a Hugging Face folder (model and tokenizer)")
@@ -192,24 +211,9 @@ def main(argv: list[str] | None = None) -> None:
                 batch_size=args.batch_size,
                 seed=args.seed,
             )
-            rows[(name, temperature)] = row
+            rows[(name, temperature)] = row | {"threads": args.threads}
             print(table([row], tuple(args.band)).splitlines()[-1], flush=True)
-    ordered = sorted(rows.values(), key=lambda r: (list(FAMILIES).index(r["family"]), r["temperature"]))
-    result = {
-        "model": args.model,
-        "note": args.note or old.get("note", ""),
-        "band": list(args.band),
-        "threads": args.threads,
-        "machine": f"{platform.machine()}, torch {torch.__version__}",
-        "rows": ordered,
-    }
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
-    header = (
-        f"Step-0 score of `{args.model}` on each family's test split ({result['note']}). Mean reward over "
-        f"prompts with the 95% t-interval over prompts; band {args.band[0]:.0%}-{args.band[1]:.0%}. "
-        "Reproduce with the `command` in bands.json.\n\n"
-    )
-    out.with_suffix(".md").write_text(header + table(ordered, tuple(args.band)) + "\n")
+            save(out, list(rows.values()), args.model, args.note or old.get("note", ""), tuple(args.band))
     print(out.with_suffix(".md").read_text())
 
 
