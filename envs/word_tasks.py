@@ -1,13 +1,14 @@
 """Grade-school word problems (``creditgym/Math-v0``, ``difficulty=7``): one or two steps, in plain words.
 
 Each problem fills a template of :data:`TEMPLATES` with a name, an item and small whole numbers, for example
-*"Mia has 7 shells. Leo gives Mia 5 more shells. How many shells does Mia have now?"*. A template carries its
+*"Mia has 7 shells. Leo gives Mia 5 more shells. How many shells does Mia have now? Answer in one short
+sentence."*. A template carries its
 arithmetic twice: as a Python function, which draws the numbers, and as a formula string, which
 :func:`~creditgym.envs.math_tasks.generate_task` re-evaluates with sympy from the numbers shown in the question.
 
 Numbers are redrawn until the answer is a positive whole number that differs from every number in the question,
-so copying a number out of the question never scores. :data:`NUMBERS` and :data:`TWO_STEP_SHARE` set the
-difficulty; docs/envs/math.md gives the measurement they were tuned by.
+so copying a number out of the question never scores. :data:`NUMBERS`, :data:`TWO_STEP_SHARE` and :data:`CUE`
+set the difficulty; docs/envs/math.md gives the measurements they were tuned by.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sympy
 
 NUMBERS = (2, 9)  # smallest and largest number drawn
 TWO_STEP_SHARE = 0.2  # share of problems drawn from the two-step templates
+CUE = "Answer in one short sentence."  # ends every question: without it SmolLM2 rambles past a 96-token budget
 _NAMES = (
     "Mia",
     "Leo",
@@ -130,6 +132,6 @@ def generate(rng: np.random.Generator) -> tuple[str, sympy.Expr, str]:
         used = {a, b} | ({c} if "{c}" in template.text else set())
         if value.denominator == 1 and value > 0 and int(value) not in used:
             break
-    question = template.text.format(name=name, other=other, item=item, a=a, b=b, c=c)
+    question = f"{template.text.format(name=name, other=other, item=item, a=a, b=b, c=c)} {CUE}"
     formula = template.formula.replace("a", str(a)).replace("b", str(b)).replace("c", str(c))
     return question, sympy.Integer(int(value)), formula
