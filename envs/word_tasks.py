@@ -22,7 +22,8 @@ import sympy
 
 NUMBERS = (2, 9)  # smallest and largest number drawn
 TWO_STEP_SHARE = 0.2  # share of problems drawn from the two-step templates
-CUE = "Answer in one short sentence."  # ends every question: without it SmolLM2 rambles past a 96-token budget
+# ends every question: without it SmolLM2-135M rambles past a 96-token budget (docs/envs/math.md)
+CUE = "Answer in one short sentence."
 _NAMES = (
     "Mia",
     "Leo",
