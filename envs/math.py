@@ -43,7 +43,8 @@ class MathEnv(OneTurnEnv[MathTask]):
         tasks: ``"procedural"`` (default), a GSM8K/MATH-style ``.jsonl`` path, a folder saved with ``datasets``,
             a list of :class:`MathTask`, or any :class:`TaskSource`.
         difficulty: Level or levels of the procedural generator (1 = one-digit sums ... 5 = word problems,
-            6 = worked chains of 3-6 steps, whose responses run 40-150 tokens: give ``max_new_tokens`` >= 160).
+            6 = worked chains of 3-6 steps, whose responses run 40-150 tokens: give ``max_new_tokens`` >= 160;
+            7 = grade-school word problems in plain words, sized for a 135M instruct model).
         split: ``"train"`` or ``"test"`` (procedural problems are split by hash; datasets by split name).
         max_new_tokens: Token budget of the response.
         verifier_timeout: Hard deadline of one verification, in seconds.

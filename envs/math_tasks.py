@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from creditgym.envs import chain_tasks
+from creditgym.envs import chain_tasks, word_tasks
 from creditgym.envs.tasks import TaskList, TaskSource, read_jsonl, split_of
 
 LEVELS: dict[int, str] = {
@@ -26,6 +26,7 @@ LEVELS: dict[int, str] = {
     4: "linear equations in one unknown",
     5: "multi-step word problems",
     6: "worked chains: 3-6 arithmetic steps, each result written out",
+    7: "grade-school word problems in plain words, one or two steps",
 }
 CHAIN_LEVEL = 6
 DEFAULT_LEVEL = 2
@@ -96,7 +97,7 @@ def _level5(rng: np.random.Generator) -> tuple[str, sympy.Expr, str]:
     return question, sympy.Integer(start) + bags * per_bag - given, f"{start}+{bags}*{per_bag}-{given}"
 
 
-_GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5}
+_GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5, 7: word_tasks.generate}
 
 
 def _chain_task(rng: np.random.Generator) -> MathTask:
@@ -134,8 +135,8 @@ class ProceduralMath:
     """Endless procedural problems at one or several difficulty levels, split into train/test by a hash.
 
     Args:
-        levels: A level (1-6, see :data:`LEVELS`; 6 is the worked chains of :mod:`~creditgym.envs.chain_tasks`)
-            or a sequence of levels, drawn uniformly.
+        levels: A level (1-7, see :data:`LEVELS`; 6 is the worked chains of :mod:`~creditgym.envs.chain_tasks`,
+            7 the word problems of :mod:`~creditgym.envs.word_tasks`) or a sequence of levels, drawn uniformly.
         split: ``"train"`` or ``"test"``; a question belongs to exactly one split (1 in 5 is test).
     """
 

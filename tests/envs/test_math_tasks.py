@@ -33,7 +33,7 @@ def _python_answer(question: str) -> Fraction:
     return Fraction(eval(expr, {"__builtins__": {}}))  # digits and + - * ( ) only
 
 
-@pytest.mark.parametrize("level", sorted(LEVELS))
+@pytest.mark.parametrize("level", sorted(set(LEVELS) - {7}))  # 7, word problems: test_word_tasks.py
 def test_generator_answers_are_right(level: int) -> None:
     rng = np.random.default_rng(level)
     for _ in range(200):
