@@ -143,13 +143,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(
             "creditgym eval: --ray runs multi-turn task instances (creditgym/SWEBench-v0, --tasks)"
         )
-    try:
-        agent = make_agent(args.agent, base_url=args.base_url)
-    except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from e
     if args.split:
         env_kwargs.setdefault("split", args.split)
-    report = evaluate(args.env, agent, args.episodes, seed=args.seed, env_kwargs=env_kwargs)
+    try:  # a bad agent, model or env argument (a tokenizer unlike the model's, ...)
+        agent = make_agent(args.agent, base_url=args.base_url)
+        report = evaluate(args.env, agent, args.episodes, seed=args.seed, env_kwargs=env_kwargs)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"creditgym eval: {e}") from e
     print(
         f"{report.agent:<8} on {report.env_id}: accuracy {report.accuracy:.3f} over {report.episodes} episodes "
         f"(infra errors: {report.infra_errors}; statuses: {report.statuses})"

@@ -133,3 +133,17 @@ def test_two_processes_converting_at_once_share_one_complete_folder(tmp_path: Pa
     assert sorted(p.name for p in folder.parent.iterdir()) == [".smollm2-135m.lock", "smollm2-135m"]
     policy = load_policy(folder, device="cpu")
     assert len(policy.tokenizer) == 49152
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "eval --env creditgym/Math-v0 --agent hf:smollm2-135m --episodes 1 --env-kw tokenizer=creditgym/tiny",
+        "train --env creditgym/Math-v0 --model smollm2-135m --steps 1 --env-kw tokenizer=creditgym/tiny --out {out}",
+    ],
+)
+def test_the_cli_refuses_an_env_tokenizer_unlike_the_models(command: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "creditgym.cli", *command.format(out=tmp_path / "run").split()]
+    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "tokenizer='creditgym/tiny' (2048 tokens), which differs from the tokenizer of model" in res.stderr
