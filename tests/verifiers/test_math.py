@@ -148,6 +148,11 @@ CASES: list[tuple[str, str, str | int, str]] = [
     ("fallback-restated-sum", "81 + 17 = ", "98", "wrong"),
     ("fallback-restated-product", "so 6 * 7", "42", "wrong"),
     ("fallback-equation-result", "81 + 17 = 98", "98", "correct"),
+    ("fallback-hedged-or", "maybe 41 or 42", "42", "hedged"),
+    ("fallback-hedged-list", "1, 2, ..., 42", "42", "hedged"),
+    ("fallback-hedged-unicode-list", "It could be 40, 41, … 42.", "42", "hedged"),
+    ("fallback-thousands-not-a-list", "She has 1,000 apples.", "1000", "correct"),
+    ("fallback-repeat-not-hedging", "It is 42 or 42.", "42", "correct"),
     # golds in other forms
     ("math-solution-gold", r"\boxed{\frac{1}{4}}", MATH_SOLUTION, "correct"),
     ("int-gold", r"\boxed{7}", 7, "correct"),

@@ -104,7 +104,8 @@ class MathVerifier:
     degrees (``\\sin 60^\\circ = \\frac{\\sqrt{3}}{2}``; elsewhere ``30^\\circ`` is 30), ``i`` is the imaginary unit
     (``e^{i\\pi} = -1``), an interval equals the equivalent inequality in either order (``x < 3`` and
     ``(-\\infty, 3)``), and a boxed answer followed by a different final statement ("... \\boxed{5}. The answer is
-    6.") is a hedge, as is "\\boxed{5}, or maybe \\boxed{6}".
+    6.") is a hedge, as is "\\boxed{5}, or maybe \\boxed{6}", and, with no box, a last number that closes a list
+    ("maybe 41 or 42", "1, 2, ..., 42").
 
     Speed and size: common answers (numbers, fractions, radicals, polynomials, sets, intervals, inequalities,
     standard trigonometric values) are read by a bounded parser of their own in well under a millisecond; the rest
