@@ -329,9 +329,7 @@ def _not_an_answer(text: str, match: re.Match[str]) -> bool:
 
 
 # A number, then only connectors ("41 or 42", "1, 2, ..., 42", "3 / 4 / 5"), right before the fallback's answer.
-_LISTED = re.compile(
-    r"(-?\d+(?:\.\d+)?)(?:\s*(?:,\s|;|/|\bor\b|\band\b|\.\.\.|…|\\[lc]?dots)\s*)+$"
-)
+_LISTED = re.compile(r"(-?\d+(?:\.\d+)?)(?:\s*(?:,\s|;|/|\bor\b|\band\b|\.\.\.|…|\\[lc]?dots)\s*)+$")
 
 
 def _listed_before(response: str, answer: ex.Answer) -> ex.Answer | None:
