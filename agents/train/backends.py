@@ -170,8 +170,9 @@ class HFBackend(Backend):
     :meth:`~creditgym.agents.train.policy.Policy.sample` takes them instead of a second, teacher-forced pass
     (they agree with that pass to float noise: ``tests/agents/test_policy.py``).
 
-    Sampling: logits / temperature, cut to the ``top_p`` nucleus, drawn with ``generator`` (the global RNG
-    without one); ``temperature == 0`` is argmax. The model's ``generation_config.json`` is never read. The
+    Sampling: logits / temperature, cut to the ``top_p`` nucleus, drawn from a generator seeded by one draw of
+    ``generator`` (the global RNG without one) exactly as ``model.generate`` draws, so a seed gives the tokens it
+    gave; ``temperature == 0`` is argmax. The model's ``generation_config.json`` is never read. The
     backend samples from the very module the trainer updates, so :meth:`sync_weights` has nothing to copy.
 
     Args:
@@ -215,9 +216,10 @@ class HFBackend(Backend):
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         running = torch.ones(n, dtype=torch.bool, device=device)  # rows kept without shrinking
+        rng = _fresh_generator(sampling.generator, device)
         for step in range(sampling.max_new_tokens):
             logp = torch.log_softmax(logits.float(), dim=-1)  # (b, V)
-            token = _draw(logits.float(), sampling)  # (b,)
+            token = _draw(logits.float(), sampling, rng, rows, n)  # (b,)
             lp = logp.gather(-1, token[:, None])[:, 0]  # (b,)
             stopped = torch.isin(token, stops)
             for r, t, v, live in zip(
@@ -283,19 +285,36 @@ def _can_shrink(cache: Any) -> bool:
     return type(cache) is DynamicCache and bool(layers) and all(type(x) is DynamicLayer for x in layers)
 
 
-def _draw(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """One token per row of ``(b, V)`` float logits under ``sampling``'s temperature and top-p rule."""
+def _fresh_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator seeded from ``generator`` (one draw, as every call of this backend has taken), or None."""
+    if generator is None:
+        return None
+    return torch.Generator(device=device).manual_seed(_seed_from(generator))
+
+
+def _draw(
+    logits: torch.Tensor, sampling: Sampling, rng: torch.Generator | None, rows: torch.Tensor, n: int
+) -> torch.Tensor:
+    """One token for each of the ``(b, V)`` float logits' rows (``rows``: their places in a batch of ``n``).
+
+    Temperature, then the nucleus as Hugging Face's ``TopPLogitsWarper`` cuts it (the top token always stays),
+    then ``torch.multinomial``'s own one-sample rule, ``argmax(p / q)`` with ``q ~ Exp(1)`` drawn for the
+    whole batch of ``n`` rows every step: finished rows that left the batch still take their share of the
+    stream, so a seed draws the tokens ``model.generate`` drew from it (which samples every row to the end).
+    """
     if sampling.temperature == 0:
         return logits.argmax(-1)
     scores = logits / sampling.temperature
-    if (
-        sampling.top_p < 1
-    ):  # the nucleus as Hugging Face's TopPLogitsWarper cuts it (the top token always stays)
+    if sampling.top_p < 1:
         ordered, order = torch.sort(scores, descending=False)
         drop = ordered.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
         drop[:, -1] = False
         scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return torch.multinomial(scores.softmax(-1), 1, generator=sampling.generator)[:, 0]
+    probs = scores.softmax(-1)
+    noise = torch.empty((n, probs.shape[1]), dtype=probs.dtype, device=probs.device).exponential_(
+        1, generator=rng
+    )
+    return (probs / noise[rows]).argmax(-1)
 
 
 class VLLMBackend(Backend):

@@ -114,33 +114,43 @@ def rollouts(args: argparse.Namespace, folder: str) -> dict[str, Any]:
         pad_token_id=policy.pad_token_id,
     )
 
+    drawn: dict[str, list[list[int]]] = {}
+
     def plain(seed: int) -> dict[str, float]:
-        torch.manual_seed(seed)
+        # the global seed the backend derives from a generator seeded with `seed`: both sides draw the same tokens
+        torch.manual_seed(
+            int(torch.randint(0, 2**63 - 1, (1,), generator=torch.Generator().manual_seed(seed)))
+        )
         start = _clock()
         with torch.no_grad():
             out = policy.model.generate(input_ids=ids, attention_mask=att, generation_config=rule)
         took = _since(start)
-        rows = out[:, width:].tolist()
-        n = sum(next((j + 1 for j, t in enumerate(r) if t in stops), len(r)) for r in rows)
-        return {"tokens": n, **took}
+        rows = [
+            r[: next((j + 1 for j, t in enumerate(r) if t in stops), len(r))] for r in out[:, width:].tolist()
+        ]
+        drawn["generate"] = rows
+        return {"tokens": sum(len(r) for r in rows), **took}
 
     def ours(seed: int) -> dict[str, float]:
         start = _clock()
         out = policy.sample(
             prompts, max_new_tokens=args.max_new_tokens, generator=torch.Generator().manual_seed(seed)
         )
+        drawn["creditgym"] = out.tokens
         return {"tokens": sum(len(t) for t in out.tokens), **_since(start)}
 
     plain(0), ours(0)  # warm-up
     rounds = []
     for r in range(args.rounds):
         rounds.append({"generate": plain(r + 1), "creditgym": ours(r + 1)})
-        _say(f"rollouts round {r + 1}: {_rates(rounds[-1])}")
+        rounds[-1]["same_tokens"] = drawn["generate"] == drawn["creditgym"]
+        _say(f"rollouts round {r + 1}: {_rates(rounds[-1])}, same tokens: {rounds[-1]['same_tokens']}")
     return {"batch": len(prompts), "rounds": rounds}
 
 
 def _rates(row: dict[str, dict[str, float]]) -> str:
-    return ", ".join(f"{k} {v['tokens'] / v['cpu_s']:.1f} tok/s (CPU)" for k, v in row.items())
+    sides = ("generate", "creditgym")
+    return ", ".join(f"{k} {row[k]['tokens'] / row[k]['cpu_s']:.1f} tok/s (CPU)" for k in sides)
 
 
 # -- 2. steps, in two worker processes --------------------------------------------------------------------------
@@ -308,12 +318,14 @@ def summarize(roll: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
     rate = lambda d, clock: d["tokens"] / d[clock]  # noqa: E731
     out: dict[str, Any] = {}
     for clock in ("cpu_s", "wall_s"):
-        out[f"rollout_speed_{clock[:-2]}"] = _ratio(
-            [rate(r["creditgym"], clock) / rate(r["generate"], clock) for r in roll["rounds"]]
-        )
-        out[f"step_time_{clock[:-2]}"] = _ratio(
-            [r["creditgym"][clock] / r["trl"][clock] for r in step["rounds"]]
-        )
+        if roll["rounds"]:
+            out[f"rollout_speed_{clock[:-2]}"] = _ratio(
+                [rate(r["creditgym"], clock) / rate(r["generate"], clock) for r in roll["rounds"]]
+            )
+        if step["rounds"]:
+            out[f"step_time_{clock[:-2]}"] = _ratio(
+                [r["creditgym"][clock] / r["trl"][clock] for r in step["rounds"]]
+            )
     return out
 
 
@@ -331,6 +343,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-rollouts", action="store_true", help="only the step comparison")
+    parser.add_argument("--skip-steps", action="store_true", help="only the rollout comparison")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--worker", choices=("creditgym", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
@@ -347,7 +360,7 @@ def main() -> None:
         for k in ("model", "prompts", "group", "max_new_tokens", "threads", "rounds", "seed")
     ]
     roll = {"rounds": []} if args.skip_rollouts else rollouts(args, folder)
-    step = steps(args, argv)
+    step = {"rounds": [], "max_rss_mb": {}} if args.skip_steps else steps(args, argv)
     result = {
         "command": "python examples/benchmarks/real_model.py " + " ".join(sys.argv[1:]),
         "model": args.model,
@@ -358,7 +371,7 @@ def main() -> None:
         "torch": torch.__version__,
         "rollouts": roll,
         "steps": step,
-        "ratios": summarize(roll, step) if roll["rounds"] else {},
+        "ratios": summarize(roll, step),
     }
     _print(result)
     if args.json:
@@ -378,6 +391,8 @@ def _print(result: dict[str, Any]) -> None:
                 f"{'rollout tok/s (' + clock[:-2] + ') vs generate':<34} {ours:>12.1f} {ref:>12.1f} "
                 f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
             )
+        if not step:
+            continue
         ours = np.mean([r["creditgym"][clock] for r in step])
         ref = np.mean([r["trl"][clock] for r in step])
         q = _ratio([r["creditgym"][clock] / r["trl"][clock] for r in step])
@@ -386,6 +401,8 @@ def _print(result: dict[str, Any]) -> None:
             f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
         )
     mem = result["steps"]["max_rss_mb"]
+    if not mem:
+        return
     print(
         f"{'peak RSS MiB vs TRL':<34} {mem['creditgym']:>12.0f} {mem['trl']:>12.0f} {mem['creditgym'] / mem['trl']:>12.2f}x"
     )
