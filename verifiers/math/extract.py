@@ -32,6 +32,7 @@ __all__ = [
     "final_box_group",
     "find_boxes",
     "gold_answer",
+    "listed_before",
     "short_repr",
     "split_alternatives",
 ]
@@ -517,3 +518,19 @@ def extract_choice(text: str) -> Extraction:
             ),
         )
     return Extraction("choice", error="no choice letter (A-J) found")
+
+
+# A number, then only connectors ("41 or 42", "1, 2, ..., 42", "3 / 4 / 5"), right before the fallback's answer.
+_LISTED = re.compile(r"(-?\d+(?:\.\d+)?)(?:\s*(?:,\s|;|/|\bor\b|\band\b|\.\.\.|…|\\[lc]?dots)\s*)+$")
+
+
+def listed_before(response: str, answer: Answer) -> Answer | None:
+    """The candidate listed just before a fallback answer, when the two differ: a hedge ("maybe 41 or 42").
+
+    Without this rule a response that ends on a list of numbers ("1, 2, ..., 200") scores whenever the gold is
+    the last one listed, and a guess between two ends on the right one half the time.
+    """
+    match = _LISTED.search(response, max(0, answer.start - 200), answer.start)
+    if match is None or match.group(1) == answer.text.strip():
+        return None
+    return Answer(match.group(1), match.start(1), match.end(1))

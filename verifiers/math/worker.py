@@ -328,22 +328,6 @@ def _not_an_answer(text: str, match: re.Match[str]) -> bool:
     return bool(_BEFORE_EQUALS.match(text, match.end())) or bool(_COMPUTATION.match(match.group(0).strip()))
 
 
-# A number, then only connectors ("41 or 42", "1, 2, ..., 42", "3 / 4 / 5"), right before the fallback's answer.
-_LISTED = re.compile(r"(-?\d+(?:\.\d+)?)(?:\s*(?:,\s|;|/|\bor\b|\band\b|\.\.\.|…|\\[lc]?dots)\s*)+$")
-
-
-def _listed_before(response: str, answer: ex.Answer) -> ex.Answer | None:
-    """The candidate listed just before a fallback answer, when the two differ: a hedge ("maybe 41 or 42").
-
-    Without this rule a response that ends on a list of numbers ("1, 2, ..., 200") scores whenever the gold is
-    the last one listed, and a guess between two ends on the right one half the time.
-    """
-    match = _LISTED.search(response, max(0, answer.start - 200), answer.start)
-    if match is None or match.group(1) == answer.text.strip():
-        return None
-    return ex.Answer(match.group(1), match.start(1), match.end(1))
-
-
 def _fallback(text: str) -> tuple[Parsed | None, tuple[int, int] | None]:
     """math-verify's own extraction (LaTeX, then plain expressions; rightmost match first), with the match span.
 
@@ -453,7 +437,7 @@ def _score_found(response: str, found: ex.Extraction | None, gold_text: str, gol
             return _verdict("unparseable", _details(None, gold_text, "fallback", error="no answer found"))
         start, end = span[0] + offset, span[1] + offset
         answer = ex.Answer(response[start:end], start, end)
-        listed = _listed_before(response, answer)
+        listed = ex.listed_before(response, answer)
         if listed is not None:
             return _hedged([listed, answer], gold_text, "fallback")
         return _judge(answer, parsed, gold_text, gold_parsed, "fallback")
