@@ -83,7 +83,7 @@ def scratch_registry() -> Iterator[None]:
         live.update(old)
 
 
-@pytest.fixture(name="needs")
+@pytest.fixture(name="needs", scope="session")
 def needs_fixture():
     """``needs(what)``: skip a test that lacks ``what`` here; under ``CI=true`` (where `make test` provides it) fail."""
     return require

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,6 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', flags=re.M)  # pymdownx.snippets: the file's text, in the block
-
-
-def _need(what: str) -> None:
-    """Skip locally; under ``CI=true``, where `make test` installs it, fail."""
-    if os.environ.get("CI", "").strip().lower() in ("true", "1"):
-        pytest.fail(f"required under CI=true: {what}", pytrace=False)
-    pytest.skip(f"needs {what}")
 
 
 def code_blocks(text: str, lang: str = "python") -> list[str]:
@@ -182,10 +176,10 @@ def test_each_credit_page_lists_its_config_defaults(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def site(tmp_path_factory: pytest.TempPathFactory, needs: Callable[[str], None]) -> Path:
     """The site, built by ``mkdocs build --strict`` into a temporary folder."""
     if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None:
-        _need(f"mkdocs (pip install -e '.[docs]', or `make install-dev`) beside {sys.executable}")
+        needs(f"mkdocs (pip install -e '.[docs]', or `make install-dev`) beside {sys.executable}")
     out = tmp_path_factory.mktemp("site")
     cmd = [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir", str(out)]
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
@@ -218,14 +212,14 @@ class _Recorder(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _driver():  # -> selenium.webdriver.Chrome
+def _driver(needs: Callable[[str], None]):  # -> selenium.webdriver.Chrome
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        _need("Debian's Chromium: apt-get install chromium chromium-driver (`make test-tools`)")
+        needs("Debian's Chromium: apt-get install chromium chromium-driver (`make test-tools`)")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        _need("selenium (pip install -e '.[dev]')")
+        needs("selenium (pip install -e '.[dev]')")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='creditgym-chromium-')}"]:
@@ -233,7 +227,7 @@ def _driver():  # -> selenium.webdriver.Chrome
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
-def test_every_page_loads_with_its_pictures_in_a_browser(site: Path) -> None:
+def test_every_page_loads_with_its_pictures_in_a_browser(site: Path, needs: Callable[[str], None]) -> None:
     """Each built page, served on loopback, loads in headless Chromium: HTTP 200, a title, no request of it (CSS,
     scripts, images) answered >= 400, nothing fetched from outside, and every <img> decoded (naturalWidth > 0)."""
     from selenium.webdriver.support.ui import WebDriverWait
@@ -244,7 +238,7 @@ def test_every_page_loads_with_its_pictures_in_a_browser(site: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}/"
     pages = sorted(p.relative_to(site).parent.as_posix() for p in site.rglob("index.html"))
-    driver = _driver()
+    driver = _driver(needs)
     pictures = 0
     try:
         for page in pages:
