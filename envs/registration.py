@@ -141,10 +141,11 @@ def with_tokenizer(env_id: str, kwargs: dict[str, Any], tokenizer: Any, *, model
             "creditgym.envs.tokenizer.CHATML_TEMPLATE; tok.save_pretrained(folder)`"
         )
     given = out.get("tokenizer")
-    if given is not None and not same_tokenizer(resolve_tokenizer(given), tokenizer):
+    resolved = None if given is None else resolve_tokenizer(given)
+    if resolved is not None and not same_tokenizer(resolved, tokenizer):
         label = given if isinstance(given, str) else getattr(given, "name_or_path", type(given).__name__)
         raise ValueError(
-            f"env {env_id!r} was given tokenizer={label!r} ({len(resolve_tokenizer(given))} tokens), which "
+            f"env {env_id!r} was given tokenizer={label!r} ({len(resolved)} tokens), which "
             f"differs from the tokenizer of model {model!r} ({len(tokenizer)} tokens); the env must use the "
             "policy's tokenizer: drop the tokenizer argument (the model's is used)"
         )
