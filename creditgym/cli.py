@@ -353,6 +353,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         given["target"] = _probe_value(args.target, "--target", {"none": None}, float, what)
     if args.env_kw:
         given["env_kwargs"] = _key_values(args.env_kw, "--env-kw")
+    if args.warm:
+        given["warm"] = tuple(args.warm)
     try:
         if args.env is not None:
             given["env_id"] = args.env
@@ -420,6 +422,9 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     pr.add_argument(
         "--env-kw", action="append", metavar="KEY=VALUE", help="env constructor kwarg (JSON value)"
+    )
+    pr.add_argument(
+        "--warm", action="append", metavar="CHECKPOINT", default=None, help=helps["warm"].replace("``", "")
     )
     types: dict[str, type] = dict.fromkeys(("model", "checkpoint", "device", "reuse", "delimiter"), str)
     types.update(temperature=float, top_p=float)

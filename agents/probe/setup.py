@@ -58,6 +58,9 @@ class ProbeConfig:
         reuse: A complete ``probe.json`` of the same batch (same env, model, checkpoint, seed, sizes, ``k``,
             positions and sampling): its continuation rewards, hence A*, are reused and only the modules are
             computed, so new modules are scored against the very same A*. The batch must match token for token.
+        warm: Checkpoints (or run folders) whose trained module's providers (a critic, a teacher) are loaded into
+            the same label here, the policy staying the probe's own: a critic warmed up by a short run, probed on
+            the untrained policy's batch beside the other modules (and against a reused A*).
     """
 
     env_id: str | None = None
@@ -82,6 +85,7 @@ class ProbeConfig:
     bootstrap: int = 1000
     shown: int = 3
     reuse: str | None = None
+    warm: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("k", "max_k"):
@@ -163,6 +167,38 @@ def _resolve(cfg: ProbeConfig) -> tuple[TrainConfig, dict[str, Any] | None, Path
     return run, state, path
 
 
+def _warm_states(
+    paths: tuple[str, ...], labels: tuple[str, ...], model: str
+) -> dict[str, tuple[dict[str, Any], Path]]:
+    """label -> (saved state, checkpoint path) of each ``warm`` checkpoint: the label is the module it trained.
+
+    Raises:
+        ValueError: a checkpoint of another model, of a module not listed, or two for one module.
+        FileNotFoundError: no checkpoint at a path.
+    """
+    warm: dict[str, tuple[dict[str, Any], Path]] = {}
+    for given in paths:
+        path = find_checkpoint(given)
+        state = load_checkpoint(path)
+        trained = TrainConfig(**state["config"])
+        if trained.model != model:
+            raise ValueError(
+                f"warm checkpoint {path} trained {trained.model!r}, not the probed model {model!r}: its providers "
+                "read that model's hidden states"
+            )
+        if trained.credit not in labels:
+            raise ValueError(
+                f"warm checkpoint {path} trained {trained.credit!r}, which is not among the probed modules "
+                f"{list(labels)}: add it to --credit"
+            )
+        if trained.credit in warm:
+            raise ValueError(
+                f"two warm checkpoints for {trained.credit!r}: {warm[trained.credit][1]} and {path}"
+            )
+        warm[trained.credit] = (state, path)
+    return warm
+
+
 def _load_weights(
     policy: Policy, state: Mapping[str, Any], path: Path, model: str, trained_from: str
 ) -> None:
@@ -236,6 +272,7 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
     modules: dict[str, tuple[Any, Any, dict[str, SignalProvider]]] = {}
     controls: dict[str, float] = {}
     labels = cfg.credit or (*credit_registry.available(), f"{ORACLE}:noise={DEFAULT_NOISE:g}")
+    warm = _warm_states(cfg.warm, labels, run.model)
     for label in labels:
         noise = parse_control(label)
         if noise is not None:
@@ -245,11 +282,14 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
         module = credit_registry.get(entry.module)
         is_trained = trained is not None and label == trained.credit
         kwargs = dict(trained.credit_kwargs if trained is not None and is_trained else entry.kwargs)
+        if label in warm:
+            kwargs = dict(warm[label][0]["config"].get("credit_kwargs") or {})
         credit_cfg = module.make_config(kwargs)
         mod_run = dataclasses.replace(run, credit=entry.module, credit_kwargs=kwargs)
         providers = build_providers(RunContext(mod_run, policy, env, env_id), module, credit_cfg)
-        for name, provider in providers.items() if is_trained and state is not None else ():
-            provider.load_state_dict(state["providers"][name])
+        saved = state if is_trained else warm[label][0] if label in warm else None
+        for name, provider in providers.items() if saved is not None else ():
+            provider.load_state_dict(saved["providers"][name])
         modules[label] = (module, credit_cfg, providers)
     settings = {
         **dataclasses.asdict(cfg),
@@ -263,5 +303,6 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
         "delimiter": cfg.steps[1] if cfg.every is None else None,
         "checkpoint": None if ckpt_path is None else str(ckpt_path),
         "checkpoint_step": None if state is None else step,
+        "warm": {label: str(path) for label, (_, path) in warm.items()} or None,
     }
     return ProbeSetup(run, env_id, policy, env, step, modules, controls, settings)

@@ -383,6 +383,25 @@ def test_a_checkpoint_is_probed_with_its_trained_critic(gae_run: Path) -> None:
         assert torch.equal(p.cpu(), state["model"][name])
 
 
+def test_a_warm_checkpoint_gives_its_critic_to_the_untrained_policy(gae_run: Path) -> None:
+    from creditgym.agents.train.policy import load_policy
+
+    setup = setup_probe(ProbeConfig(credit=("gae", "compo"), warm=(str(gae_run),), k=2))
+    state = load_checkpoint(latest_checkpoint(gae_run / "checkpoints"))  # type: ignore[arg-type]
+    warmed = setup.modules["gae"][2]["values"].state_dict()["head"]
+    for key, value in state["providers"]["values"]["head"].items():
+        assert torch.equal(warmed[key].cpu(), value) and value.abs().sum() > 0
+    base = load_policy("creditgym/tiny").model.state_dict()
+    policy = setup.policy.model.state_dict()
+    assert all(torch.equal(policy[name].cpu(), base[name].cpu()) for name in base)  # the probe's own policy
+    assert any(not torch.equal(state["model"][name], base[name].cpu()) for name in base)  # not the run's
+    assert setup.step == TrainConfig().steps - 1 and setup.settings["warm"]["gae"].endswith("step-000001")
+    with pytest.raises(ValueError, match=r"warm checkpoint .* trained 'gae', which is not among .*'compo'"):
+        setup_probe(ProbeConfig(credit=("compo",), warm=(str(gae_run),), k=2))
+    with pytest.raises(ValueError, match="two warm checkpoints for 'gae'"):
+        setup_probe(ProbeConfig(credit=("gae",), warm=(str(gae_run), str(gae_run)), k=2))
+
+
 def test_a_checkpoint_from_another_model_is_refused(gae_run: Path, tmp_path: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
