@@ -43,6 +43,29 @@ def test_train_step_benchmark(tmp_path: Path) -> None:
     assert data["tokens_per_s"] > 0
 
 
+def test_real_model_benchmark_draws_the_same_tokens_as_generate(tmp_path: Path) -> None:
+    """On the bundled model (the SmolLM2 run is the documented one): rollouts and the probe's continuations, each
+    against plain ``generate``, with the same seeds drawing the same tokens on both sides."""
+    out = _run(
+        "examples/benchmarks/real_model.py",
+        "--model",
+        "creditgym/tiny",
+        "--rounds",
+        "1",
+        "--probe-k",
+        "2",
+        "--skip-steps",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    data = json.loads((tmp_path / "r.json").read_text())
+    for part in ("rollouts", "continuations"):
+        (row,) = data[part]["rounds"]
+        assert row["same_tokens"] and row["creditgym"]["tokens"] == row["generate"]["tokens"] > 0
+    assert data["continuations"]["batch"] == 2 * 2 * data["rollouts"]["batch"]  # two cuts x K = 2 per response
+    assert "continuation tok/s (cpu) vs generate" in out and data["ratios"]["continuation_speed_cpu"]["mean"] > 0
+
+
 def test_gpu_check_explains_itself_without_a_gpu() -> None:
     import torch
 

@@ -2,7 +2,7 @@
 
     python examples/benchmarks/real_model.py [--model smollm2-135m] [--threads 1] [--rounds 3] [--json PATH]
 
-Three measurements on ``--model`` (a named model, a Hugging Face folder), on Math-v0 prompts rendered with the
+Four measurements on ``--model`` (a named model, a Hugging Face folder), on Math-v0 prompts rendered with the
 model's own tokenizer and chat template, ``--prompts`` tasks x ``--group`` responses of at most
 ``--max-new-tokens`` tokens, ``--threads`` torch threads:
 
@@ -14,7 +14,11 @@ model's own tokenizer and chat template, ``--prompts`` tasks x ``--group`` respo
    one optimizer step), each in its own subprocess, the two stepping in turn: a warm-up step each, then
    ``--rounds`` timed steps each. The prompts are the very tasks creditgym's step ``k`` draws, handed to TRL as
    text (the script checks that TRL's tokens equal creditgym's); TRL's reward is creditgym's math verifier.
-3. **Peak memory**: each subprocess's maximum resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
+3. **The probe's continuations.** ``--probe-k`` forks of each step-0 response's prefixes (cut at a third and at
+   two thirds of the response), generated the way ``creditgym probe`` generates them (``backend.generate``: one
+   batch, no log-probs; identical prefixes prefilled once) against plain ``model.generate`` on the same
+   left-padded rows, alternating.
+4. **Peak memory**: each subprocess's maximum resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
    model loading included).
 
 Times are wall-clock and this process's CPU time (with one thread, CPU time is what other work on a shared
@@ -74,10 +78,12 @@ def _config(args: argparse.Namespace, folder: str) -> Any:
 
 def _step_tasks(args: argparse.Namespace, folder: str) -> list[tuple[list[int], str]]:
     """(prompt tokens, gold answer) of the tasks creditgym's trainer draws at steps 0..rounds, in its order."""
+    from transformers import AutoTokenizer
+
     from creditgym.agents.eval.evaluate import make_envs
     from creditgym.agents.train.trainer import _step_seed
 
-    env = make_envs(_config(args, folder))[0].unwrapped
+    env = make_envs(_config(args, folder), AutoTokenizer.from_pretrained(folder))[0].unwrapped
     out = []
     for step in range(args.rounds + 1):
         rng = np.random.default_rng(_step_seed(args.seed, step, 0))
@@ -90,14 +96,12 @@ def _step_tasks(args: argparse.Namespace, folder: str) -> list[tuple[list[int], 
 # -- 1. rollouts -------------------------------------------------------------------------------------------------
 
 
-def rollouts(args: argparse.Namespace, folder: str) -> dict[str, Any]:
-    """``Policy.sample`` against plain ``generate`` on step 0's batch, alternating."""
+def _alternate(
+    policy: Any, prompts: list[list[int]], args: argparse.Namespace, ours: Any, what: str
+) -> dict[str, Any]:
+    """``ours(seed)`` (token lists) against plain ``model.generate`` on ``prompts`` left-padded, alternating."""
     from transformers import GenerationConfig
 
-    from creditgym.agents.train.policy import load_policy
-
-    policy = load_policy(args.model, device="cpu")
-    prompts = [p for p, _ in _step_tasks(args, folder)[: args.prompts] for _ in range(args.group)]
     stops = sorted(policy.stop_token_ids)
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), policy.pad_token_id)
@@ -113,7 +117,6 @@ def rollouts(args: argparse.Namespace, folder: str) -> dict[str, Any]:
         eos_token_id=stops,
         pad_token_id=policy.pad_token_id,
     )
-
     drawn: dict[str, list[list[int]]] = {}
 
     def plain(seed: int) -> dict[str, float]:
@@ -131,21 +134,67 @@ def rollouts(args: argparse.Namespace, folder: str) -> dict[str, Any]:
         drawn["generate"] = rows
         return {"tokens": sum(len(r) for r in rows), **took}
 
-    def ours(seed: int) -> dict[str, float]:
+    def timed(seed: int) -> dict[str, float]:
         start = _clock()
+        tokens = ours(seed)
+        took = _since(start)
+        drawn["creditgym"] = tokens
+        return {"tokens": sum(len(t) for t in tokens), **took}
+
+    plain(0), timed(0)  # warm-up
+    rounds = []
+    for r in range(args.rounds):
+        rounds.append({"generate": plain(r + 1), "creditgym": timed(r + 1)})
+        rounds[-1]["same_tokens"] = drawn["generate"] == drawn["creditgym"]
+        _say(f"{what} round {r + 1}: {_rates(rounds[-1])}, same tokens: {rounds[-1]['same_tokens']}")
+    return {"batch": len(prompts), "rounds": rounds}
+
+
+def rollouts(args: argparse.Namespace, folder: str) -> dict[str, Any]:
+    """``Policy.sample`` against plain ``generate`` on step 0's batch, alternating."""
+    from creditgym.agents.train.policy import load_policy
+
+    policy = load_policy(args.model, device="cpu")
+    prompts = [p for p, _ in _step_tasks(args, folder)[: args.prompts] for _ in range(args.group)]
+
+    def ours(seed: int) -> list[list[int]]:
         out = policy.sample(
             prompts, max_new_tokens=args.max_new_tokens, generator=torch.Generator().manual_seed(seed)
         )
-        drawn["creditgym"] = out.tokens
-        return {"tokens": sum(len(t) for t in out.tokens), **_since(start)}
+        return out.tokens
 
-    plain(0), ours(0)  # warm-up
-    rounds = []
-    for r in range(args.rounds):
-        rounds.append({"generate": plain(r + 1), "creditgym": ours(r + 1)})
-        rounds[-1]["same_tokens"] = drawn["generate"] == drawn["creditgym"]
-        _say(f"rollouts round {r + 1}: {_rates(rounds[-1])}, same tokens: {rounds[-1]['same_tokens']}")
-    return {"batch": len(prompts), "rounds": rounds}
+    return _alternate(policy, prompts, args, ours, "rollouts")
+
+
+def continuations(args: argparse.Namespace, folder: str) -> dict[str, Any]:
+    """The probe's continuations: ``--probe-k`` forks of each prefix of step 0's responses cut at a third and
+    two thirds of their length, generated as the probe does (``backend.generate``, one batch, no log-probs),
+    against plain ``generate`` on the same left-padded rows, alternating."""
+    from creditgym.agents.train.policy import load_policy
+
+    policy = load_policy(args.model, device="cpu")
+    prompts = [p for p, _ in _step_tasks(args, folder)[: args.prompts] for _ in range(args.group)]
+    first = policy.sample(
+        prompts, max_new_tokens=args.max_new_tokens, generator=torch.Generator().manual_seed(0)
+    )
+    prefixes = [
+        list(p) + list(r[:cut])
+        for p, r in zip(prompts, first.tokens, strict=True)
+        for cut in (len(r) // 3, 2 * len(r) // 3)
+        for _ in range(args.probe_k)
+    ]
+
+    def ours(seed: int) -> list[list[int]]:
+        return policy.backend.generate(
+            prefixes,
+            max_new_tokens=args.max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            stop_token_ids=policy.stop_token_ids,
+            generator=torch.Generator().manual_seed(seed),
+        )
+
+    return _alternate(policy, prefixes, args, ours, "continuations")
 
 
 def _rates(row: dict[str, dict[str, float]]) -> str:
@@ -314,14 +363,15 @@ def _ratio(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
 
 
-def summarize(roll: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+def summarize(roll: dict[str, Any], step: dict[str, Any], cont: dict[str, Any]) -> dict[str, Any]:
     rate = lambda d, clock: d["tokens"] / d[clock]  # noqa: E731
     out: dict[str, Any] = {}
     for clock in ("cpu_s", "wall_s"):
-        if roll["rounds"]:
-            out[f"rollout_speed_{clock[:-2]}"] = _ratio(
-                [rate(r["creditgym"], clock) / rate(r["generate"], clock) for r in roll["rounds"]]
-            )
+        for name, part in (("rollout", roll), ("continuation", cont)):
+            if part["rounds"]:
+                out[f"{name}_speed_{clock[:-2]}"] = _ratio(
+                    [rate(r["creditgym"], clock) / rate(r["generate"], clock) for r in part["rounds"]]
+                )
         if step["rounds"]:
             out[f"step_time_{clock[:-2]}"] = _ratio(
                 [r["creditgym"][clock] / r["trl"][clock] for r in step["rounds"]]
@@ -344,6 +394,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-rollouts", action="store_true", help="only the step comparison")
     parser.add_argument("--skip-steps", action="store_true", help="only the rollout comparison")
+    parser.add_argument(
+        "--probe-k", type=int, default=8, help="forks per prefix in the continuation comparison"
+    )
+    parser.add_argument("--skip-continuations", action="store_true", help="no continuation comparison")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--worker", choices=("creditgym", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
@@ -360,6 +414,7 @@ def main() -> None:
         for k in ("model", "prompts", "group", "max_new_tokens", "threads", "rounds", "seed")
     ]
     roll = {"rounds": []} if args.skip_rollouts else rollouts(args, folder)
+    cont = {"rounds": []} if args.skip_continuations else continuations(args, folder)
     step = {"rounds": [], "max_rss_mb": {}} if args.skip_steps else steps(args, argv)
     result = {
         "command": "python examples/benchmarks/real_model.py " + " ".join(sys.argv[1:]),
@@ -370,8 +425,9 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "torch": torch.__version__,
         "rollouts": roll,
+        "continuations": cont,
         "steps": step,
-        "ratios": summarize(roll, step),
+        "ratios": summarize(roll, step, cont),
     }
     _print(result)
     if args.json:
@@ -380,15 +436,18 @@ def main() -> None:
 
 
 def _print(result: dict[str, Any]) -> None:
-    roll, step = result["rollouts"]["rounds"], result["steps"]["rounds"]
-    print(f"{'measure':<34} {'creditgym':>12} {'reference':>12} {'ratio (mean [min, max])':>26}")
+    step = result["steps"]["rounds"]
+    print(f"{'measure':<38} {'creditgym':>12} {'reference':>12} {'ratio (mean [min, max])':>26}")
     for clock in ("cpu_s", "wall_s"):
-        if roll:
-            ours = np.mean([r["creditgym"]["tokens"] / r["creditgym"][clock] for r in roll])
-            ref = np.mean([r["generate"]["tokens"] / r["generate"][clock] for r in roll])
-            q = result["ratios"][f"rollout_speed_{clock[:-2]}"]
+        for name, key in (("rollout", "rollouts"), ("continuation", "continuations")):
+            part = result[key]["rounds"]
+            if not part:
+                continue
+            ours = np.mean([r["creditgym"]["tokens"] / r["creditgym"][clock] for r in part])
+            ref = np.mean([r["generate"]["tokens"] / r["generate"][clock] for r in part])
+            q = result["ratios"][f"{name}_speed_{clock[:-2]}"]
             print(
-                f"{'rollout tok/s (' + clock[:-2] + ') vs generate':<34} {ours:>12.1f} {ref:>12.1f} "
+                f"{name + ' tok/s (' + clock[:-2] + ') vs generate':<38} {ours:>12.1f} {ref:>12.1f} "
                 f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
             )
         if not step:
@@ -397,14 +456,14 @@ def _print(result: dict[str, Any]) -> None:
         ref = np.mean([r["trl"][clock] for r in step])
         q = _ratio([r["creditgym"][clock] / r["trl"][clock] for r in step])
         print(
-            f"{'GRPO step s (' + clock[:-2] + ') vs TRL':<34} {ours:>12.1f} {ref:>12.1f} "
+            f"{'GRPO step s (' + clock[:-2] + ') vs TRL':<38} {ours:>12.1f} {ref:>12.1f} "
             f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
         )
     mem = result["steps"]["max_rss_mb"]
     if not mem:
         return
     print(
-        f"{'peak RSS MiB vs TRL':<34} {mem['creditgym']:>12.0f} {mem['trl']:>12.0f} {mem['creditgym'] / mem['trl']:>12.2f}x"
+        f"{'peak RSS MiB vs TRL':<38} {mem['creditgym']:>12.0f} {mem['trl']:>12.0f} {mem['creditgym'] / mem['trl']:>12.2f}x"
     )
 
 
