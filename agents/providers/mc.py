@@ -424,7 +424,8 @@ def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> d
 
 def _batch_setting(config: Mapping[str, Any], key: str) -> Any:
     """A `SAME_BATCH` setting of a probe's config; a probe written before ``delimiter`` was recorded probed
-    at newlines when ``every`` was None."""
+    at newlines when ``every`` was None. A sequence is a tuple, whether it was read back from JSON or not."""
+    value = config.get(key)
     if key == "delimiter" and config.get("every") is None:
-        return config.get("delimiter") or NEWLINE
-    return config.get(key)
+        value = value or NEWLINE
+    return tuple(value) if isinstance(value, list) else value

@@ -229,6 +229,12 @@ def test_reuse_scores_new_modules_against_the_same_astar(tmp_path: Path) -> None
     assert again["modules"]["grpo"] == first["modules"]["grpo"]
     with pytest.raises(SystemExit, match=r"probed another batch.*'seed': \(0, 1\)"):
         _probe(tmp_path / "c", *args, "--credit", "grpo", "--reuse", saved, "--seed", "1")
+    steps = ["--env", "creditgym/Math-v0", "--k", "2", "--target", "none"]  # the default: step boundaries
+    assert _probe(tmp_path / "s", *steps, "--credit", "grpo") == 0
+    assert (
+        _probe(tmp_path / "s2", *steps, "--credit", "rloo", "--reuse", str(tmp_path / "s" / "probe.json"))
+        == 0
+    )
     (tmp_path / "partial.json").write_text(json.dumps({"complete": False}))
     with pytest.raises(SystemExit, match="incomplete probe"):
         _probe(tmp_path / "d", *args, "--reuse", str(tmp_path / "partial.json"))
