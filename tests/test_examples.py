@@ -62,8 +62,12 @@ def test_real_model_benchmark_draws_the_same_tokens_as_generate(tmp_path: Path) 
     for part in ("rollouts", "continuations"):
         (row,) = data[part]["rounds"]
         assert row["same_tokens"] and row["creditgym"]["tokens"] == row["generate"]["tokens"] > 0
-    assert data["continuations"]["batch"] == 2 * 2 * data["rollouts"]["batch"]  # two cuts x K = 2 per response
-    assert "continuation tok/s (cpu) vs generate" in out and data["ratios"]["continuation_speed_cpu"]["mean"] > 0
+    assert (
+        data["continuations"]["batch"] == 2 * 2 * data["rollouts"]["batch"]
+    )  # two cuts x K = 2 per response
+    assert (
+        "continuation tok/s (cpu) vs generate" in out and data["ratios"]["continuation_speed_cpu"]["mean"] > 0
+    )
 
 
 def test_gpu_check_explains_itself_without_a_gpu() -> None:

@@ -95,7 +95,10 @@ def refusal(k: int, rel: Mapping[str, Any], target: float, max_k: int, *, rollou
             f"its lower bound {lower:.3f} is below the target {target:g}, and Spearman-Brown projects K = {need} "
             f"to reach it, above --max-k {max_k}: raise --max-k to {need} (about {more} more rollouts)"
         )
-    return f"{got}: {why}, or lower --target. No figure is reported from an A* that cannot support it."
+    return (
+        f"{got}: {why}, or lower --target. No figure is reported from an A* that cannot support it. Its "
+        "probe.json keeps the continuations sampled: --reuse it with the same flags to go on from them."
+    )
 
 
 def grow_until_reliable(

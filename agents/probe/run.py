@@ -270,7 +270,7 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
     run, env_id, policy, settings = setup.run, setup.env_id, setup.policy, setup.settings
     out.mkdir(parents=True, exist_ok=True)
     t_setup = time.perf_counter()
-    stage, est, rounds, tokens = "batch", None, [], []
+    stage, est, rounds, tokens, reused_rollouts = "batch", None, [], [], 0
     independent: MCEstimate | None = None
     _write_json(out / "probe.json", {"complete": False, "stage": stage, "config": settings})
     try:
@@ -283,17 +283,23 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
             t_sampled, stage = time.perf_counter(), "rollouts"
             _write_json(out / "probe.json", {"complete": False, "stage": stage, "config": settings})
             saved = None if cfg.reuse is None else reuse_rewards(est, Path(cfg.reuse), settings)
-            generator = _generator(policy, _seed(cfg.seed, 2))
+            resumed = saved is not None and not saved.get("complete")
+            if resumed:  # a refused or interrupted probe goes on: its rounds before its last K stand
+                rounds += [r for r in saved.get("rounds", []) if r["k"] < est.k]  # type: ignore[union-attr]
+                reused_rollouts = est.done
+            generator = _generator(policy, _seed(cfg.seed, 2, est.k) if resumed else _seed(cfg.seed, 2))
             grow_until_reliable(
                 est,
                 lambda e, what: tokens.append(_sample(e, setup, cfg, generator, what)),
                 rounds,
                 target=cfg.target,
-                max_k=cfg.max_k if saved is None else est.k,
+                max_k=cfg.max_k if saved is None or resumed else est.k,
                 n_boot=cfg.bootstrap,
                 seed=cfg.seed,
-                reused=saved is not None,
+                reused=saved is not None and not resumed,
             )
+            if resumed:
+                saved = None  # from here on a probe of its own; its timing below counts this run's rollouts
             if setup.controls:
                 independent = _control(est, setup, cfg, None if saved is None else saved["responses"], tokens)
             t_rollouts, stage = time.perf_counter(), "credit"
@@ -347,8 +353,12 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
             "setup_s": t_setup - t_start,
             "sample_s": t_sampled - t_setup,
             "rollouts_s": t_rollouts - t_sampled,
-            "rollouts_per_s": (est.total + (0 if independent is None else independent.total))
+            "rollouts_per_s": (
+                est.total - reused_rollouts + (0 if independent is None else independent.total)
+            )
             / max(t_rollouts - t_sampled, 1e-9),
+            "rollouts_resumed": reused_rollouts,
+            "resumed_from": cfg.reuse if reused_rollouts else None,
             "rollout_tokens": sum(tokens),
             "credit_s": t_credit - t_rollouts,
             "total_s": t_credit - t_start,

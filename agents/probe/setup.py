@@ -58,6 +58,7 @@ class ProbeConfig:
         reuse: A complete ``probe.json`` of the same batch (same env, model, checkpoint, seed, sizes, ``k``,
             positions and sampling): its continuation rewards, hence A*, are reused and only the modules are
             computed, so new modules are scored against the very same A*. The batch must match token for token.
+            A refused or interrupted probe's file resumes it: its continuations are kept, K grows from there.
         warm: Checkpoints (or run folders) whose trained module's providers (a critic, a teacher) are loaded into
             the same label here, the policy staying the probe's own: a critic warmed up by a short run, probed on
             the untrained policy's batch beside the other modules (and against a reused A*).

@@ -387,19 +387,26 @@ SAME_BATCH += ("seed", "temperature", "top_p", "max_new_tokens", "max_turns")
 
 
 def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill ``est.rewards`` from the complete ``probe.json`` at ``path`` (``est`` grown to that probe's final K);
-    returns the file's content (its timing is the rollouts' cost).
+    """Fill ``est.rewards`` from the ``probe.json`` at ``path`` (``est`` grown to that probe's last K); returns
+    the file's content (a complete probe's timing is the rollouts' cost).
+
+    A complete probe gives every continuation. A refused one (its target needed a K above its budget) or an
+    interrupted one gives those it sampled: ``est.sampled`` counts, per probed prefix, the leading columns it
+    holds, so sampling goes on from there (a refusal resumed with a larger ``max_k``).
 
     Raises:
-        ValueError: the file is not a complete probe, its settings differ (named), or a response's tokens or
-            probed positions differ from this batch's.
+        ValueError: the file is neither a complete probe nor a refused or interrupted one with its continuations,
+            its settings differ (named), or a response's tokens or probed positions differ from this batch's.
     """
     try:
         old = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"reuse: cannot read {path} as a probe.json ({e})") from e
-    if not old.get("complete"):
-        raise ValueError(f"reuse: {path} is an incomplete probe (complete: false); rerun it without reuse")
+    if not old.get("complete") and "responses" not in old:
+        raise ValueError(
+            f"reuse: {path} is an incomplete probe that holds no continuations (complete: false, stage "
+            f"{old.get('stage')!r}); rerun it without reuse"
+        )
     differ = {
         k: (_batch_setting(old["config"], k), _batch_setting(settings, k))
         for k in SAME_BATCH
@@ -410,7 +417,10 @@ def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> d
     rows = old["responses"]
     if len(rows) != len(est.episodes):
         raise ValueError(f"reuse: {path} has {len(rows)} responses, this batch {len(est.episodes)}")
-    est.grow(old["batch"].get("k", old["config"]["k"]))  # an adaptive probe's final K
+    if old.get("complete"):
+        est.grow(old["batch"].get("k", old["config"]["k"]))  # an adaptive probe's final K
+    else:
+        est.grow(max(len(r) for row in rows for r in row["continuation_rewards"]))
     for i, (row, ep) in enumerate(zip(rows, est.episodes, strict=True)):
         tokens = [ep.env.tokenizer.decode([t]) for t in ep.env.ledger.token_id[est.policy_index[i]].tolist()]
         if row["tokens"] != tokens or list(row["starts"]) != est.starts[i].tolist():
@@ -418,7 +428,12 @@ def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> d
                 f"reuse: response {i} of {path} differs from this batch's (tokens or probed positions)"
             )
         est.rewards[i] = np.array(row["continuation_rewards"], dtype=np.float64).reshape(est.rewards[i].shape)
-        est.sampled[i][:] = est.k
+        if old.get("complete"):
+            est.sampled[i][:] = est.k
+        else:  # the leading columns sampled (a fault's NaN, like a column not sampled yet, is sampled again)
+            est.sampled[i][:] = np.argmin(
+                np.hstack([~np.isnan(est.rewards[i]), np.zeros((len(est.rewards[i]), 1), bool)]), axis=1
+            )
     return old
 
 

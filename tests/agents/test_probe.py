@@ -311,6 +311,26 @@ def test_a_target_the_budget_cannot_reach_is_refused_with_the_k_it_needs(tmp_pat
     assert partial["rollouts_done"] == partial["rollouts_total"] > 0
 
 
+def test_a_refused_probe_resumes_with_a_larger_budget_keeping_its_continuations(tmp_path: Path) -> None:
+    """Refused at K = 4 (the parity task's reliability is below the target there), the same probe with a larger
+    --max-k and --reuse of the refusal samples only the new columns, and reaches the target."""
+    args = [*PARITY, "--k", "4", "--target", "0.5", "--credit", "grpo,oracle:noise=0.5"]
+    with pytest.raises(SystemExit, match="above --max-k 4"):
+        _probe(tmp_path / "refused", *args, "--max-k", "4")
+    refused = json.loads((tmp_path / "refused" / "probe.json").read_text())
+    saved = str(tmp_path / "refused" / "probe.json")
+    assert _probe(tmp_path / "resumed", *args, "--max-k", "64", "--reuse", saved) == 0
+    result = json.loads((tmp_path / "resumed" / "probe.json").read_text())
+    assert (
+        result["complete"] and result["batch"]["k"] > 4 and result["reliability"]["spearman"]["ci"][0] >= 0.5
+    )
+    assert result["rounds"][0] == refused["rounds"][0] and len(result["rounds"]) >= 2
+    for old, new in zip(refused["responses"], result["responses"], strict=True):
+        assert [row[:4] for row in new["continuation_rewards"]] == old["continuation_rewards"]
+    assert result["timing"]["rollouts_resumed"] == refused["rollouts_done"] > 0
+    assert result["timing"]["resumed_from"] == saved and result["control"]["oracle:noise=0.5"]["match"]
+
+
 def test_a_response_of_one_step_has_no_within_response_figure_and_is_refused(tmp_path: Path) -> None:
     """The default positions are step boundaries; the tiny model's Math-v0 answers hold no newline, so each is
     one step and A* is constant within it: no within-response reliability, nothing to reach a target with."""
