@@ -18,7 +18,7 @@ that K exceeds ``max_k``, or the lower bound and the point estimate are both at 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from creditgym.agents.probe.progress import say
@@ -53,6 +53,30 @@ def needed_k(k: int, lower: float, target: float) -> int | None:
         return k
     n = target * (1 - lower) / (lower * (1 - target))
     return 2 * math.ceil(k * n / 2)
+
+
+def projected(r: float, k_from: int, k_to: int) -> float:
+    """Spearman-Brown: the reliability at ``k_to`` continuations of one that is ``r`` at ``k_from``."""
+    m = k_to / k_from
+    return m * r / (1 + (m - 1) * r)
+
+
+def stalled(rounds: Sequence[Mapping[str, Any]], *, slack: float = 0.05) -> str:
+    """A sentence when the last round's lower bound fell short of the previous round's Spearman-Brown projection
+    by more than ``slack``: the interval is then set by the number of responses more than by K; else ``""``."""
+    if len(rounds) < 2 or not rounds[-1]["reliability"]["ci"] or not rounds[-2]["reliability"]["ci"]:
+        return ""
+    (k0, low0), (k1, low1) = ((r["k"], r["reliability"]["ci"][0]) for r in rounds[-2:])
+    if low0 <= 0 or k1 <= k0:
+        return ""
+    expect = projected(low0, k0, k1)
+    if low1 >= expect - slack:
+        return ""
+    return (
+        f" K {k0} -> {k1} moved the lower bound {low0:.3f} -> {low1:.3f} where Spearman-Brown projected "
+        f"{expect:.3f}: the bound is set by the number of responses more than by K, so more responses "
+        "(--prompts, --group) may reach the target where a larger K does not."
+    )
 
 
 def next_k(k: int, lower: float | None, value: float | None, target: float, max_k: int) -> int | None:
@@ -133,7 +157,7 @@ def grow_until_reliable(
             return
         k_next = None if reused else next_k(est.k, lower, value, target, max_k)
         if k_next is None:
-            why = refusal(est.k, rel, target, max_k, rollouts_per_k=est.total // est.k)
+            why = refusal(est.k, rel, target, max_k, rollouts_per_k=est.total // est.k) + stalled(rounds)
             raise ProbeRefused(why + (" (--reuse keeps the saved A*: its K cannot grow)" if reused else ""))
         say(
             f"K = {est.k}: A*'s within-response reliability {shown}, below the target {target:g}: K -> {k_next}"

@@ -311,6 +311,27 @@ def test_a_target_the_budget_cannot_reach_is_refused_with_the_k_it_needs(tmp_pat
     assert partial["rollouts_done"] == partial["rollouts_total"] > 0
 
 
+def test_a_refusal_says_when_more_continuations_stopped_helping() -> None:
+    """SmolLM2's hard-rubric probe (committed): K 16 -> 32 moved the lower bound 0.440 -> 0.480 where Spearman-Brown
+    projected 0.611, so the refusal points at more responses; the tiny model's probe, which reached its target,
+    and a round without a positive bound say nothing."""
+    from creditgym.agents.probe.reliability import projected, stalled
+
+    scale = ROOT / "studies" / "results" / "scale"
+    rounds = json.loads((scale / "smollm2-rubric-refused-k32" / "probe.json").read_text())["rounds"]
+    assert [r["k"] for r in rounds] == [8, 16, 32]
+    low16 = rounds[1]["reliability"]["ci"][0]
+    assert projected(low16, 16, 32) == pytest.approx(2 * low16 / (1 + low16))
+    said = stalled(rounds)
+    assert "K 16 -> 32 moved the lower bound 0.440 -> 0.480 where Spearman-Brown projected 0.611" in said
+    assert "more responses (--prompts, --group)" in said
+    assert stalled(rounds[:1]) == ""
+    reached = json.loads((scale / "tiny-rubric" / "probe.json").read_text())["rounds"]
+    assert len(reached) == 2 and stalled(reached) == ""  # 8 -> 22 moved the bound as projected, or more
+    flat = [{"k": 8, "reliability": {"ci": [-0.1, 0.5]}}, {"k": 16, "reliability": {"ci": [0.0, 0.5]}}]
+    assert stalled(flat) == ""
+
+
 def test_a_refused_probe_resumes_with_a_larger_budget_keeping_its_continuations(tmp_path: Path) -> None:
     """Refused at K = 4 (the parity task's reliability is below the target there), the same probe with a larger
     --max-k and --reuse of the refusal samples only the new columns, and reaches the target."""
