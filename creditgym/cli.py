@@ -389,17 +389,8 @@ def _probe_value(raw: str, flag: str, words: dict[str, None], kind: type, what: 
 
 # ProbeConfig fields set from same-named flags when given (None keeps the default)
 _PROBE_OPTIONS = ("model", "prompts", "group", "k", "max_k", "delimiter", "temperature", "top_p")
-_PROBE_OPTIONS += (
-    "max_new_tokens",
-    "max_turns",
-    "seed",
-    "checkpoint",
-    "device",
-    "rows",
-    "bootstrap",
-    "shown",
-    "reuse",
-)
+_PROBE_OPTIONS += ("max_new_tokens", "max_turns", "seed", "checkpoint", "device")
+_PROBE_OPTIONS += ("rows", "bootstrap", "shown", "reuse")
 
 
 def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

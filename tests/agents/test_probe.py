@@ -480,7 +480,7 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TERM": "xterm", "COLUMNS": "160"}
     cmd = [sys.executable, "-m", "creditgym.cli", "probe", "--out", str(tmp_path), "--credit", "grpo"]
-    cmd += ["--prompts", "4", "--group", "4", "--k", "64", "--rows", "32", "--max-new-tokens", "24"]
+    cmd += ["--prompts", "4", "--group", "4", "--k", "256", "--rows", "32", "--max-new-tokens", "24"]
     cmd += ["--every", "1", "--target", "none"]
     master, slave = pty.openpty()
     proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
