@@ -431,9 +431,7 @@ def reuse_rewards(est: MCEstimate, path: Path, settings: Mapping[str, Any]) -> d
         if old.get("complete"):
             est.sampled[i][:] = est.k
         else:  # the leading columns sampled (a fault's NaN, like a column not sampled yet, is sampled again)
-            est.sampled[i][:] = np.argmin(
-                np.hstack([~np.isnan(est.rewards[i]), np.zeros((len(est.rewards[i]), 1), bool)]), axis=1
-            )
+            est.sampled[i][:] = np.cumprod(~np.isnan(est.rewards[i]), axis=1).sum(axis=1)
     return old
 
 

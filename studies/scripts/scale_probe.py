@@ -90,7 +90,6 @@ def column(model: str, task: str) -> dict[str, Any]:
         "resumed_from": base["timing"].get("resumed_from"),
         "prefixes": base["batch"]["probed_prefixes"],
         "rollouts": base["batch"]["rollouts"] + base["batch"].get("control_rollouts", 0),
-        "minutes": base["timing"]["total_s"] / 60,
         "reliability": base["reliability"]["spearman"],
         "attainable": base["attainable"]["spearman"],
         "modules": modules,
