@@ -252,7 +252,8 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
     """Load the model (and checkpoint), make and check the env, build every module's providers.
 
     The module the checkpoint trained (the same label, e.g. ``gae``) gets the checkpoint's config fields and its
-    providers' saved state (a trained critic, a teacher); other modules start their providers fresh.
+    providers' saved state (a trained critic, a teacher), as each ``warm`` checkpoint's module does from its own;
+    other modules start their providers fresh.
 
     Raises:
         ValueError: an env that cannot fork or is multi-turn without a turn budget, a checkpoint from another
@@ -274,6 +275,13 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
     controls: dict[str, float] = {}
     labels = cfg.credit or (*credit_registry.available(), f"{ORACLE}:noise={DEFAULT_NOISE:g}")
     warm = _warm_states(cfg.warm, labels, run.model)
+    saved_states = dict(warm)  # label -> (state, path) whose providers (and config) the label gets
+    if state is not None and trained is not None and ckpt_path is not None:
+        if trained.credit in warm:
+            raise ValueError(
+                f"{trained.credit!r} is both --checkpoint's module and --warm's ({warm[trained.credit][1]})"
+            )
+        saved_states[trained.credit] = (state, ckpt_path)
     for label in labels:
         noise = parse_control(label)
         if noise is not None:
@@ -281,14 +289,11 @@ def setup_probe(cfg: ProbeConfig) -> ProbeSetup:
             continue
         entry = parse_entry(label)
         module = credit_registry.get(entry.module)
-        is_trained = trained is not None and label == trained.credit
-        kwargs = dict(trained.credit_kwargs if trained is not None and is_trained else entry.kwargs)
-        if label in warm:
-            kwargs = dict(warm[label][0]["config"].get("credit_kwargs") or {})
+        saved = saved_states[label][0] if label in saved_states else None
+        kwargs = dict(entry.kwargs if saved is None else TrainConfig(**saved["config"]).credit_kwargs)
         credit_cfg = module.make_config(kwargs)
         mod_run = dataclasses.replace(run, credit=entry.module, credit_kwargs=kwargs)
         providers = build_providers(RunContext(mod_run, policy, env, env_id), module, credit_cfg)
-        saved = state if is_trained else warm[label][0] if label in warm else None
         for name, provider in providers.items() if saved is not None else ():
             provider.load_state_dict(saved["providers"][name])
         modules[label] = (module, credit_cfg, providers)

@@ -445,6 +445,8 @@ def test_a_warm_checkpoint_gives_its_critic_to_the_untrained_policy(gae_run: Pat
     assert setup.step == TrainConfig().steps - 1 and setup.settings["warm"]["gae"].endswith("step-000001")
     with pytest.raises(ValueError, match=r"warm checkpoint .* trained 'gae', which is not among .*'compo'"):
         setup_probe(ProbeConfig(credit=("compo",), warm=(str(gae_run),), k=2))
+    with pytest.raises(ValueError, match="'gae' is both --checkpoint's module and --warm's"):
+        setup_probe(ProbeConfig(checkpoint=str(gae_run), credit=("gae",), warm=(str(gae_run),), k=2))
     with pytest.raises(ValueError, match="two warm checkpoints for 'gae'"):
         setup_probe(ProbeConfig(credit=("gae",), warm=(str(gae_run), str(gae_run)), k=2))
 
