@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The budgeted training study on SmolLM2 (issue 41, item 2): grpo against vine on the hard rubric.
+# The budget, entries and rule are in budget.md, written and committed before any of these runs started.
+# Runs go into runs/smol-study (untracked: checkpoints are GBs); the small files are copied here after.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+common=(--env creditgym/Rubric-v0 --env-kw preset='"hard"' --model smollm2-135m --steps 10 --prompts-per-step 2
+  --group-size 4 --eval-every 10 --eval-episodes 64 --checkpoint-every 5 --workers 2)
+stage=${1:?pilot or study}
+if [ "$stage" = pilot ]; then  # grpo, seeds 0 and 1: sizes the study, and is its grpo arm's first two seeds
+  OMP_NUM_THREADS=1 .venv/bin/creditgym compare --pilot --credit grpo --seeds 0,1 "${common[@]}" --out runs/smol-study/pilot
+else  # seeds as budget.md's rule gives them: SEEDS=0,1,2,... bash run.sh study
+  OMP_NUM_THREADS=1 .venv/bin/creditgym compare --credit grpo,vine --seeds "${SEEDS:?}" "${common[@]}" --out runs/smol-study/study
+fi
