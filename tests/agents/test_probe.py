@@ -481,6 +481,7 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
     import select
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TERM": "xterm", "COLUMNS": "160"}
+    env["PYTHONFAULTHANDLER"] = "1"  # a probe that never exits is sent SIGABRT below: its threads' stacks come out
     cmd = [sys.executable, "-m", "creditgym.cli", "probe", "--out", str(tmp_path), "--credit", "grpo"]
     cmd += ["--prompts", "4", "--group", "4", "--k", "256", "--rows", "32", "--max-new-tokens", "24"]
     cmd += ["--every", "1", "--target", "none"]
@@ -510,10 +511,21 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
             read(1.0)
         assert progressed() and proc.poll() is None, output[-3000:].decode(errors="replace")
         proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and read(1.0) and proc.poll() is None:
-            pass
-        proc.wait(timeout=120)
+        # Read until the child closes the terminal: a child that wrote to a terminal nobody reads would block.
+        deadline = time.monotonic() + 300
+        terminal_open = True
+        while time.monotonic() < deadline and terminal_open and proc.poll() is None:
+            terminal_open = read(1.0)
+        try:  # a closed terminal: the child is exiting, and cannot block on it
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            for _ in range(10):
+                read(1.0)
+            raise AssertionError("no exit 300 s after SIGINT:\n" + output[-6000:].decode(errors="replace"))
+        for _ in range(20):  # what it wrote last
+            if not read(0.1):
+                break
     finally:
         os.close(master)
         if proc.poll() is None:
