@@ -1,0 +1,43 @@
+"""studies/scripts/smollm2_study.py: the SmolLM2 study's seed count is the largest its budget pays for, and the
+committed design.md is what the script renders from the committed pilot."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "studies" / "results" / "smollm2-study"
+
+spec = importlib.util.spec_from_file_location("smollm2_study", ROOT / "studies" / "scripts" / "smollm2_study.py")
+assert spec and spec.loader
+study = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = study
+spec.loader.exec_module(study)
+
+
+def _cost(n: int, grpo_s: float, ratio: float) -> float:
+    return 2 * grpo_s + n * ratio * grpo_s + (n - 2) * grpo_s
+
+
+@pytest.mark.parametrize(("grpo_s", "ratio"), [(450.0, 2.75), (300.0, 1.0), (1000.0, 4.0), (5000.0, 3.0)])
+def test_planned_seeds_is_the_largest_count_the_budget_pays_for(grpo_s: float, ratio: float) -> None:
+    n = study.planned_seeds(grpo_s, ratio, budget_s=9000.0)
+    assert n >= 2
+    assert n == 2 or _cost(n, grpo_s, ratio) <= 9000.0
+    assert _cost(n + 1, grpo_s, ratio) > 9000.0
+
+
+def test_the_wall_time_ratio_is_read_from_the_twenty_step_runs(tmp_path: Path) -> None:
+    path = tmp_path / "wall-times.txt"
+    path.write_text("# a comment\nvine rc=0 1230s\ngrpo rc=0 448s\ncort rc=1 415s\n")
+    assert study.wall_ratio(path) == pytest.approx(1230 / 448)
+    assert study.wall_ratio() == pytest.approx(1230 / 448)  # the committed file
+
+
+def test_the_committed_design_is_the_pilots_rendering() -> None:
+    pilot = study.read_pilot(FOLDER / "pilot")
+    assert (FOLDER / "design.md").read_text() == study.design_markdown(pilot, study.wall_ratio())
