@@ -318,9 +318,10 @@ def p_cell(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def caption(pairs: int, baseline: str, margin: float | None = None) -> str:
+def caption(pairs: int, baseline: str, margin: float | None = None, planned_mde: float | None = None) -> str:
     """The paragraph above a verdict table: the family its verdicts are corrected over, the method, what the
-    interval and the MDE are, and what ``unresolved`` means."""
+    interval and the MDE are (and the one the design fixed in advance, ``planned_mde``), and what ``unresolved``
+    means."""
     equal = (
         f"an entry is called equal only when Holm-adjusted two one-sided tests put its difference inside the "
         f"equivalence margin ±{margin:g}"
@@ -333,12 +334,19 @@ def caption(pairs: int, baseline: str, margin: float | None = None) -> str:
         f"(each entry against `{baseline}`, two-sided paired t-tests), 5% familywise: better or worse when the "
         f"Holm-adjusted p-value is below 0.05, else unresolved; {equal}. The 95% intervals are per pair, "
         "unadjusted. The MDE (80% power, 5% two-sided) is post hoc: from the differences' own observed spread, "
-        "not fixed in advance.\n"
+        + (
+            "not fixed in advance.\n"
+            if planned_mde is None
+            else f"beside the one the study's design fixed in advance from its pilot: {planned_mde:.3f}.\n"
+        )
     )
 
 
 def verdict_markdown(
-    results: Mapping[str, Any], probe: Mapping[str, Any] | None = None, margin: float | None = None
+    results: Mapping[str, Any],
+    probe: Mapping[str, Any] | None = None,
+    margin: float | None = None,
+    planned_mde: float | None = None,
 ) -> str:
     """The verdict table (Markdown) of `verdict_rows` under its `caption`, with the probe's figures when ``probe``
     is given."""
@@ -368,7 +376,7 @@ def verdict_markdown(
             cells += f" {_fig(figures.get('spearman'))} | {_fig(figures.get('pearson'))} |"
         lines.append(cells)
     pairs = sum(row["verdict"] is not None for row in rows)
-    return caption(pairs, baseline, margin) + "\n" + "\n".join(lines) + "\n"
+    return caption(pairs, baseline, margin, planned_mde) + "\n" + "\n".join(lines) + "\n"
 
 
 def _repo_path(path: Path) -> str:
@@ -391,6 +399,8 @@ def rerender(record: Path) -> list[str]:
         argv += ["--probe", str(ROOT / source["probe"])]
     if source.get("margin") is not None:
         argv += ["--margin", str(source["margin"])]
+    if source.get("planned_mde") is not None:
+        argv += ["--planned-mde", str(source["planned_mde"])]
     return [*argv, "--out", str(record.with_suffix(".md"))]
 
 
@@ -414,9 +424,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         help="an equivalence margin fixed in advance: an entry inside it (Holm-adjusted TOST) is called equal",
     )
+    parser.add_argument(
+        "--planned-mde",
+        type=float,
+        help="the MDE the study's design fixed in advance (its caption quotes it)",
+    )
     args = parser.parse_args(argv)
     if args.rerender:
-        if args.study or args.probe or args.out or args.margin is not None:
+        if args.study or args.probe or args.out or args.margin is not None or args.planned_mde is not None:
             parser.error("--rerender takes no other option: it reads each verdict.json's own")
         for record in committed():
             main(rerender(record))
@@ -433,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     probe = json.loads(args.probe.read_text()) if args.probe else None
-    table = verdict_markdown(results, probe, args.margin)
+    table = verdict_markdown(results, probe, args.margin, args.planned_mde)
     curve, probed = curve_markdown(results), probe_markdown(results)
     print(table, curve, probed, sep="\n", end="")
     if args.out:  # the tables, and beside them the rows and probe they quote (what the tests check)
@@ -447,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "studies": [_repo_path(study) for study in args.study] if len(args.study) > 1 else None,
             "probe": probe_path,
             "margin": args.margin,
+            "planned_mde": args.planned_mde,
             "rows": verdict_rows(results, args.margin),
             "curve": curve_rows(results),
             "probes": probe_rows(results),

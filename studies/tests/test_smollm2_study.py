@@ -12,7 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "studies" / "results" / "smollm2-study"
 
-spec = importlib.util.spec_from_file_location("smollm2_study", ROOT / "studies" / "scripts" / "smollm2_study.py")
+spec = importlib.util.spec_from_file_location(
+    "smollm2_study", ROOT / "studies" / "scripts" / "smollm2_study.py"
+)
 assert spec and spec.loader
 study = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = study

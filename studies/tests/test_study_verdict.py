@@ -156,6 +156,9 @@ def test_an_entry_is_equal_only_inside_a_margin_given() -> None:
         "better",
     ]
     assert "equivalence margin ±0.05" in verdict.verdict_markdown(results, margin=0.05)
+    assert "not fixed in advance." in verdict.verdict_markdown(results)
+    planned = verdict.verdict_markdown(results, planned_mde=0.143)
+    assert "fixed in advance from its pilot: 0.143" in planned and "not fixed in advance" not in planned
     with pytest.raises(ValueError, match="margin must be > 0, got 0"):
         verdict.verdict_rows(results, margin=0)
 
@@ -240,7 +243,7 @@ def test_committed_verdicts_are_their_studies_and_in_the_docs(path: Path) -> Non
     source = json.loads((path.parent / "verdict.json").read_text())  # {"probe": "studies/results/..."}
     results = json.loads((path.parent / "results.json").read_text())
     probe = json.loads((ROOT / source["probe"]).read_text()) if source.get("probe") else None
-    assert text == verdict.verdict_markdown(results, probe, source.get("margin"))
+    assert text == verdict.verdict_markdown(results, probe, source.get("margin"), source.get("planned_mde"))
     assert in_the_docs(path)
 
 
