@@ -1,8 +1,11 @@
 """Size the budgeted training study on SmolLM2 (issue 41, item 2) from its pilot, by the rule of
-``studies/results/smollm2-study/budget.md``: the seed count the budget pays for, and the MDE at that count.
+``studies/results/smollm2-study/budget.md``: the seed count the budget pays for, and the MDE at that count; after
+the study, the budget it spent.
 
     python studies/scripts/smollm2_study.py --pilot studies/results/smollm2-study/pilot \\
         --out studies/results/smollm2-study/design.md
+    python studies/scripts/smollm2_study.py --spent studies/results/smollm2-study \\
+        --out studies/results/smollm2-study/spent.md
 
 A ``grpo`` run costs the pilot's mean wall time; a ``vine`` run that times the ``vine``/``grpo`` wall-time ratio of
 the twenty-step runs on SmolLM2 (``every-module-20-steps/wall-times.txt``). The pilot's runs are the study's
@@ -13,6 +16,7 @@ is `Pilot.mde` with the evaluation variance bounded by p(1 - p) (no per-task var
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -22,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "studies" / "scripts"))
 
 from design import PilotRuns, read_pilot  # noqa: E402
+
+from creditgym.agents.study.results import upgrade_results  # noqa: E402
 
 BUDGET_S = 9000.0  # budget.md: 2.5 run-hours, the pilot included
 EVAL_EPISODES = 64
@@ -75,12 +81,93 @@ def design_markdown(runs: PilotRuns, ratio: float, budget_s: float = BUDGET_S) -
     return "\n".join(lines)
 
 
+def spent_markdown(folder: Path, budget_s: float = BUDGET_S) -> str:
+    """The budget spent: each run's wall time (the study's results.json, whose ``grpo`` seeds 0 and 1 are the
+    pilot's runs, reused), summed against the budget."""
+    runs = upgrade_results(json.loads((folder / "results.json").read_text()))["runs"]
+    lines = [
+        "# The SmolLM2 study's budget: spent against set",
+        "",
+        "Rendered by `python studies/scripts/smollm2_study.py --spent studies/results/smollm2-study "
+        "--out studies/results/smollm2-study/spent.md` from the study's results.json.",
+        "",
+        "| entry | seed | status | wall (s) |",
+        "|---|---:|---|---:|",
+        *(f"| `{r['entry']}` | {r['seed']} | {r['status']} | {r['wall_s']:.0f} |" for r in runs),
+    ]
+    total = sum(r["wall_s"] for r in runs)
+    lines += [
+        "",
+        f"Spent **{total:.0f} run-s** ({total / 3600:.2f} run-hours) of {budget_s:.0f} set "
+        f"({budget_s / 3600:.2f} run-hours): {100 * total / budget_s:.0f}%.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def first_step_s(folder: Path, steps: int = 2) -> float:
+    """The mean training step (s) of the first ``steps`` steps of every ``vine`` run under ``folder/runs/vine``:
+    what the revision of the design knew when it was made (two steps of seeds 0 and 1)."""
+    times = []
+    for metrics in sorted((folder / "runs" / "vine").glob("seed[01]/metrics.jsonl")):
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        times += [r["time/step_s"] for r in rows if 1 <= r["step"] <= steps and "time/step_s" in r]
+    return sum(times) / len(times)
+
+
+def revised_markdown(runs: PilotRuns, vine_step_s: float, budget_s: float = BUDGET_S) -> str:
+    """The design revised once `vine`'s own step time was measured: a run costs its steps at that time plus the
+    pilot's held-out evaluations (`PilotRuns.eval_s`), and the seed count is again the largest the budget pays
+    for."""
+    vine_run = runs.steps * vine_step_s + runs.evals * runs.eval_s
+    n = planned_seeds(runs.wall_s, vine_run / runs.wall_s, budget_s)
+    cost = 2 * runs.wall_s + n * vine_run + (n - 2) * runs.wall_s
+    p = runs.pilot
+    rows = [
+        ("`vine` training step, steps 1-2 of seeds 0 and 1 (s)", f"{vine_step_s:.0f}"),
+        ("`grpo` training step, pilot (s)", f"{runs.step_s:.1f}"),
+        ("one held-out evaluation, pilot (s)", f"{runs.eval_s:.0f}"),
+        ("projected `vine` run (s)", f"{vine_run:.0f}"),
+        ("seeds `n` (0 .. n-1)", f"{n}"),
+        ("projected cost (run-s)", f"{cost:.0f}"),
+        (f"expected 95% half-width at {n} seeds", f"{p.half_width(n, EVAL_EPISODES):.3f}"),
+        (f"**MDE at {n} seeds** (80% power, 5% two-sided)", f"**{p.mde(n, EVAL_EPISODES):.3f}**"),
+    ]
+    return "\n".join(
+        [
+            "## Revised after `vine`'s first two steps (before any of its held-out scores after step 0)",
+            "",
+            "On the hard rubric a `vine` step cost far more than the twenty-step runs' ratio projected, so by "
+            "budget.md's rule (the budget binds) the seed count was recomputed with `vine`'s measured step time: "
+            "`--revise studies/results/smollm2-study/vine-first-steps`, the metrics of steps 0-2 of seeds 0 and 1 "
+            "as they stood when the study was stopped.",
+            "",
+            "| | |",
+            "|---|---:|",
+            *(f"| {a} | {b} |" for a, b in rows),
+            "",
+        ]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pilot", type=Path, default=ROOT / "studies/results/smollm2-study/pilot")
+    ap.add_argument(
+        "--spent", type=Path, default=None, help="a study folder: the budget it spent, not the design"
+    )
+    ap.add_argument(
+        "--revise", type=Path, default=None, help="a study folder: add the design its vine runs revise"
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the table here (design.md)")
     args = ap.parse_args(argv)
-    text = design_markdown(read_pilot(args.pilot), wall_ratio())
+    if args.spent is not None:
+        text = spent_markdown(args.spent)
+    else:
+        pilot = read_pilot(args.pilot)
+        text = design_markdown(pilot, wall_ratio())
+        if args.revise is not None:
+            text += "\n" + revised_markdown(pilot, first_step_s(args.revise))
     print(text)
     if args.out is not None:
         args.out.write_text(text)

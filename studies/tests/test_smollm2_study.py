@@ -40,6 +40,15 @@ def test_the_wall_time_ratio_is_read_from_the_twenty_step_runs(tmp_path: Path) -
     assert study.wall_ratio() == pytest.approx(1230 / 448)  # the committed file
 
 
-def test_the_committed_design_is_the_pilots_rendering() -> None:
+def test_the_committed_design_starts_with_the_pilots_rendering() -> None:
     pilot = study.read_pilot(FOLDER / "pilot")
-    assert (FOLDER / "design.md").read_text() == study.design_markdown(pilot, study.wall_ratio())
+    assert (FOLDER / "design.md").read_text().startswith(study.design_markdown(pilot, study.wall_ratio()))
+
+
+def test_the_revised_design_is_the_vine_steps_rendering() -> None:
+    """The second table of design.md: the seed count recomputed from vine's first two steps, as committed."""
+    pilot = study.read_pilot(FOLDER / "pilot")
+    revised = study.revised_markdown(pilot, study.first_step_s(FOLDER / "vine-first-steps"))
+    text = (FOLDER / "design.md").read_text()
+    assert text == study.design_markdown(pilot, study.wall_ratio()) + "\n" + revised
+    assert "| seeds `n` (0 .. n-1) | 3 |" in revised  # what the study then ran: seeds 0, 1, 2

@@ -9,6 +9,7 @@ common=(--env creditgym/Rubric-v0 --env-kw preset='"hard"' --model smollm2-135m 
 stage=${1:?pilot or study}
 if [ "$stage" = pilot ]; then  # grpo, seeds 0 and 1: sizes the study, and is its grpo arm's first two seeds
   OMP_NUM_THREADS=1 .venv/bin/creditgym compare --pilot --credit grpo --seeds 0,1 "${common[@]}" --out runs/smol-study/pilot
-else  # seeds as budget.md's rule gives them: SEEDS=0,1,2,... bash run.sh study
+else  # seeds as budget.md's rule gives them. As it ran: SEEDS=0,1,2,3,4 (design.md), stopped with SIGINT after
+  # vine's first two steps (budget.md's addendum), then SEEDS=0,1,2 (the revised design), which resumed them.
   OMP_NUM_THREADS=1 .venv/bin/creditgym compare --credit grpo,vine --seeds "${SEEDS:?}" "${common[@]}" --out runs/smol-study/study
 fi
