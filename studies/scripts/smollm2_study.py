@@ -68,9 +68,7 @@ def design_markdown(runs: PilotRuns, ratio: float, budget_s: float = BUDGET_S) -
         (f"**MDE at {n} seeds** (80% power, 5% two-sided)", f"**{p.mde(n, EVAL_EPISODES):.3f}**"),
     ]
     lines = [
-        "# The SmolLM2 study's design, from its pilot (before any `vine` run)",
-        "",
-        "Rendered by `python studies/scripts/smollm2_study.py --pilot studies/results/smollm2-study/pilot "
+        "The design from the pilot, before any `vine` run. Rendered by `python studies/scripts/smollm2_study.py --pilot studies/results/smollm2-study/pilot "
         "--out studies/results/smollm2-study/design.md` by the rule in `budget.md`.",
         "",
         "| | |",
@@ -86,8 +84,6 @@ def spent_markdown(folder: Path, budget_s: float = BUDGET_S) -> str:
     pilot's runs, reused), summed against the budget."""
     runs = upgrade_results(json.loads((folder / "results.json").read_text()))["runs"]
     lines = [
-        "# The SmolLM2 study's budget: spent against set",
-        "",
         "Rendered by `python studies/scripts/smollm2_study.py --spent studies/results/smollm2-study "
         "--out studies/results/smollm2-study/spent.md` from the study's results.json.",
         "",
@@ -135,7 +131,7 @@ def revised_markdown(runs: PilotRuns, vine_step_s: float, budget_s: float = BUDG
     ]
     return "\n".join(
         [
-            "## Revised after `vine`'s first two steps (before any of its held-out scores after step 0)",
+            "**Revised after `vine`'s first two steps** (before any of its held-out scores after step 0).",
             "",
             "On the hard rubric a `vine` step cost far more than the twenty-step runs' ratio projected, so by "
             "budget.md's rule (the budget binds) the seed count was recomputed with `vine`'s measured step time: "

@@ -4,6 +4,7 @@ committed design.md is what the script renders from the committed pilot."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -52,3 +53,19 @@ def test_the_revised_design_is_the_vine_steps_rendering() -> None:
     text = (FOLDER / "design.md").read_text()
     assert text == study.design_markdown(pilot, study.wall_ratio()) + "\n" + revised
     assert "| seeds `n` (0 .. n-1) | 3 |" in revised  # what the study then ran: seeds 0, 1, 2
+
+
+def test_the_budget_spent_is_the_studys_runs() -> None:
+    """spent.md is the script's rendering of the study's results.json: the three seeds of both entries, every run
+    finished, their wall times summed."""
+    text = (FOLDER / "spent.md").read_text()
+    assert text == study.spent_markdown(FOLDER)
+    results = json.loads((FOLDER / "results.json").read_text())
+    runs = {(r["entry"], r["seed"]): r for r in results["runs"]}
+    assert set(runs) == {(e, s) for e in ("grpo", "vine") for s in (0, 1, 2)}
+    assert all(r["status"] == "finished" for r in runs.values())
+    assert f"Spent **{sum(r['wall_s'] for r in runs.values()):.0f} run-s**" in text
+    pilot = json.loads((FOLDER / "pilot" / "results.json").read_text())["runs"]
+    for run in pilot:  # the pilot's runs are the study's grpo seeds 0 and 1, reused, not run again
+        assert runs["grpo", run["seed"]]["config_hash"] == run["config_hash"]
+        assert runs["grpo", run["seed"]]["wall_s"] == run["wall_s"]
