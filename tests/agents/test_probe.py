@@ -481,7 +481,9 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
     import select
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TERM": "xterm", "COLUMNS": "160"}
-    env["PYTHONFAULTHANDLER"] = "1"  # a probe that never exits is sent SIGABRT below: its threads' stacks come out
+    env["PYTHONFAULTHANDLER"] = (
+        "1"  # a probe that never exits is sent SIGABRT below: its threads' stacks come out
+    )
     cmd = [sys.executable, "-m", "creditgym.cli", "probe", "--out", str(tmp_path), "--credit", "grpo"]
     cmd += ["--prompts", "4", "--group", "4", "--k", "256", "--rows", "32", "--max-new-tokens", "24"]
     cmd += ["--every", "1", "--target", "none"]
@@ -522,7 +524,9 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
             proc.send_signal(signal.SIGABRT)
             for _ in range(10):
                 read(1.0)
-            raise AssertionError("no exit 300 s after SIGINT:\n" + output[-6000:].decode(errors="replace"))
+            raise AssertionError(
+                "no exit 300 s after SIGINT:\n" + output[-6000:].decode(errors="replace")
+            ) from None
         for _ in range(20):  # what it wrote last
             if not read(0.1):
                 break
