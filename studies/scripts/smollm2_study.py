@@ -102,10 +102,10 @@ def spent_markdown(folder: Path, budget_s: float = BUDGET_S) -> str:
 
 
 def first_step_s(folder: Path, steps: int = 2) -> float:
-    """The mean training step (s) of the first ``steps`` steps of every ``vine`` run under ``folder/runs/vine``:
-    what the revision of the design knew when it was made (two steps of seeds 0 and 1)."""
+    """The mean training step (s) of the first ``steps`` steps of ``vine`` seeds 0 and 1 (``folder/vine/seed<k>/
+    metrics.jsonl``, e.g. a compare study's ``runs/``): what the revision of the design knew when it was made."""
     times = []
-    for metrics in sorted((folder / "runs" / "vine").glob("seed[01]/metrics.jsonl")):
+    for metrics in sorted((folder / "vine").glob("seed[01]/metrics.jsonl")):
         rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
         times += [r["time/step_s"] for r in rows if 1 <= r["step"] <= steps and "time/step_s" in r]
     return sum(times) / len(times)

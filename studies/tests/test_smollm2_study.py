@@ -69,3 +69,13 @@ def test_the_budget_spent_is_the_studys_runs() -> None:
     for run in pilot:  # the pilot's runs are the study's grpo seeds 0 and 1, reused, not run again
         assert runs["grpo", run["seed"]]["config_hash"] == run["config_hash"]
         assert runs["grpo", run["seed"]]["wall_s"] == run["wall_s"]
+
+
+def test_each_runs_own_metrics_hold_its_final_score() -> None:
+    """run-files/<entry>/seed<k>/metrics.jsonl (as each run wrote it) ends at the final the study reports."""
+    for run in json.loads((FOLDER / "results.json").read_text())["runs"]:
+        path = FOLDER / "run-files" / run["entry"] / f"seed{run['seed']}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+        assert evals == [tuple(point) for point in run["curve"]], path
+        assert sorted({int(r["step"]) for r in rows}) == list(range(11))  # steps 0-10, a resumed run's too

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The budgeted training study on SmolLM2 (issue 41, item 2): grpo against vine on the hard rubric.
 # The budget, entries and rule are in budget.md, written and committed before any of these runs started.
-# Runs go into runs/smol-study (untracked: checkpoints are GBs); the small files are copied here after.
+# Runs go into runs/smol-study (untracked: checkpoints are GBs); each run's small files (config, metrics.jsonl,
+# summary, compare.json, credit.png) were copied after into run-files/<entry>/seed<k> (pilot/run-files likewise).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 common=(--env creditgym/Rubric-v0 --env-kw preset='"hard"' --model smollm2-135m --steps 10 --prompts-per-step 2
