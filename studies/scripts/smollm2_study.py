@@ -40,11 +40,17 @@ def wall_ratio(path: Path = WALL_TIMES, entry: str = "vine", baseline: str = "gr
     return times[entry] / times[baseline]
 
 
+def study_cost(n: int, grpo_s: float, vine_s: float, pilot_seeds: int = 2) -> float:
+    """Run-seconds of ``n`` seeds: the pilot's ``grpo`` runs (seeds 0 .. pilot_seeds-1, reused by the study), then
+    ``n`` ``vine`` runs and ``n - pilot_seeds`` more ``grpo`` runs."""
+    return pilot_seeds * grpo_s + n * vine_s + (n - pilot_seeds) * grpo_s
+
+
 def planned_seeds(grpo_s: float, ratio: float, budget_s: float = BUDGET_S, pilot_seeds: int = 2) -> int:
-    """The largest ``n`` with ``pilot_seeds * grpo_s + n * ratio * grpo_s + (n - pilot_seeds) * grpo_s <= budget_s``
+    """The largest ``n`` whose `study_cost` (a ``vine`` run ``ratio`` times a ``grpo`` run) is within ``budget_s``
     (at least ``pilot_seeds``: the pilot's seeds always get their ``vine`` runs)."""
     n = pilot_seeds
-    while pilot_seeds * grpo_s + (n + 1) * ratio * grpo_s + (n + 1 - pilot_seeds) * grpo_s <= budget_s:
+    while study_cost(n + 1, grpo_s, ratio * grpo_s, pilot_seeds) <= budget_s:
         n += 1
     return n
 
@@ -52,7 +58,7 @@ def planned_seeds(grpo_s: float, ratio: float, budget_s: float = BUDGET_S, pilot
 def design_markdown(runs: PilotRuns, ratio: float, budget_s: float = BUDGET_S) -> str:
     """The design table: the pilot, the seeds the budget pays for, the projected cost and the MDE."""
     p, n = runs.pilot, planned_seeds(runs.wall_s, ratio, budget_s)
-    cost = 2 * runs.wall_s + n * ratio * runs.wall_s + (n - 2) * runs.wall_s
+    cost = study_cost(n, runs.wall_s, ratio * runs.wall_s)
     rows = [
         ("pilot finals (`grpo`, seeds 0, 1)", ", ".join(f"{x:.3f}" for x in p.finals)),
         ("pilot mean run wall time (s)", f"{runs.wall_s:.0f}"),
@@ -117,7 +123,7 @@ def revised_markdown(runs: PilotRuns, vine_step_s: float, budget_s: float = BUDG
     for."""
     vine_run = runs.steps * vine_step_s + runs.evals * runs.eval_s
     n = planned_seeds(runs.wall_s, vine_run / runs.wall_s, budget_s)
-    cost = 2 * runs.wall_s + n * vine_run + (n - 2) * runs.wall_s
+    cost = study_cost(n, runs.wall_s, vine_run)
     p = runs.pilot
     rows = [
         ("`vine` training step, steps 1-2 of seeds 0 and 1 (s)", f"{vine_step_s:.0f}"),

@@ -22,7 +22,7 @@ sys.modules[spec.name] = study
 spec.loader.exec_module(study)
 
 
-def _cost(n: int, grpo_s: float, ratio: float) -> float:
+def _cost(n: int, grpo_s: float, ratio: float) -> float:  # by hand: two pilot runs, n vine, n - 2 more grpo
     return 2 * grpo_s + n * ratio * grpo_s + (n - 2) * grpo_s
 
 
