@@ -340,6 +340,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from creditgym.agents.probe.run import ProbeConfig, run_probe
     from creditgym.agents.study.compare import split_entries
     from creditgym.agents.train.checkpoint import CorruptCheckpointError
+    from creditgym.agents.train.interrupts import RaiseOnSignals
     from creditgym.envs import UnknownEnvError, resolve_env_id
 
     given = {name: getattr(args, name) for name in _PROBE_OPTIONS if getattr(args, name) is not None}
@@ -360,7 +361,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             given["env_id"] = args.env
             resolve_env_id(args.env)  # module:EnvId imports the module that registers it
         cfg = ProbeConfig(credit=tuple(split_entries(args.credit or "")), **given)
-        result = run_probe(cfg, args.out)
+        with RaiseOnSignals():  # SIGTERM, and SIGINT in a background job too, leave the partial probe.json
+            result = run_probe(cfg, args.out)
     except (ValueError, TypeError, FileNotFoundError, UnknownEnvError, CorruptCheckpointError) as e:
         raise SystemExit(f"creditgym probe: {e.args[0] if e.args else e}") from e
     except KeyboardInterrupt:

@@ -43,3 +43,31 @@ class GracefulStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+class RaiseOnSignals:
+    """While active (a context manager, main thread only), SIGINT and SIGTERM raise ``KeyboardInterrupt``.
+
+    For one-shot jobs that write a partial record on ``KeyboardInterrupt`` (``creditgym probe``): Python raises it
+    on SIGINT only where SIGINT was not ignored at start-up, and a background job of a non-interactive shell
+    (``cmd &`` in a script, ``nohup``) starts with SIGINT ignored; SIGTERM (``kill``) would end it with nothing
+    written. The previous handlers come back on exit.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+
+    @staticmethod
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def __enter__(self) -> RaiseOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._raise)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

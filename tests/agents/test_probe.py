@@ -470,8 +470,21 @@ def test_a_checkpoint_from_another_model_is_refused(gae_run: Path, tmp_path: Pat
         _probe(tmp_path / "out", "--checkpoint", str(tmp_path))
 
 
-def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT) during the rollouts: exit 130 and a valid probe.json marked incomplete.
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("signum", "sigint_ignored"),
+    [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c", "ctrl-c-in-a-background-job", "sigterm"],
+)
+def test_an_interrupted_probe_leaves_a_partial_probe_json(
+    tmp_path: Path, signum: signal.Signals, sigint_ignored: bool
+) -> None:
+    """SIGINT or SIGTERM during the rollouts: exit 130 and a valid probe.json marked incomplete; SIGINT too where
+    the probe started with SIGINT ignored, as a background job of a script or CI runner does (Python then raises
+    nothing on SIGINT by itself: this once let a probe run to its end).
 
     The signal is sent once the rollouts' progress bar (drawn on a pseudo-terminal) shows some rollouts done and
     not all, whatever the machine's speed: no time is assumed anywhere.
@@ -488,7 +501,10 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
     cmd += ["--prompts", "4", "--group", "4", "--k", "256", "--rows", "32", "--max-new-tokens", "24"]
     cmd += ["--every", "1", "--target", "none"]
     master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    start = _ignore_sigint if sigint_ignored else None
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True, preexec_fn=start
+    )
     os.close(slave)
     output = b""
 
@@ -512,7 +528,7 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
         while time.monotonic() < deadline and proc.poll() is None and not progressed():
             read(1.0)
         assert progressed() and proc.poll() is None, output[-3000:].decode(errors="replace")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         # Read until the child closes the terminal: a child that wrote to a terminal nobody reads would block.
         deadline = time.monotonic() + 300
         terminal_open = True
@@ -525,7 +541,7 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(tmp_path: Path) -> Non
             for _ in range(10):
                 read(1.0)
             raise AssertionError(
-                "no exit 300 s after SIGINT:\n" + output[-6000:].decode(errors="replace")
+                f"no exit 300 s after {signum.name}:\n" + output[-6000:].decode(errors="replace")
             ) from None
         for _ in range(20):  # what it wrote last
             if not read(0.1):
