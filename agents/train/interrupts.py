@@ -1,5 +1,6 @@
 """Graceful stops: the first Ctrl-C / SIGTERM asks a long job to finish its unit of work and save; a second one
-interrupts at once. Used by the trainer (finish the step, checkpoint) and ``creditgym compare``."""
+interrupts at once. Used by the trainer (finish the step, checkpoint) and ``creditgym compare``. One-shot jobs that
+keep a partial record instead (``creditgym probe``) turn both signals into ``KeyboardInterrupt``."""
 
 from __future__ import annotations
 
@@ -7,33 +8,20 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 
 
-class GracefulStop:
-    """While active (a context manager), the first SIGINT/SIGTERM sets ``requested``; a second raises
-    ``KeyboardInterrupt``. Outside the main thread it installs nothing (signals reach only the main thread).
+class _OnSignals:
+    """While active (a context manager), ``_handle`` answers SIGINT and SIGTERM; the previous handlers come back on
+    exit. Outside the main thread it installs nothing (signals reach only the main thread)."""
 
-    Args:
-        message: Printed on the first signal (``{signum}`` is filled in); None prints nothing.
-        on_request: Called once on the first signal (e.g. to forward it to child processes).
-    """
-
-    def __init__(self, message: str | None = None, on_request: Callable[[int], None] | None = None) -> None:
-        self.requested = False
-        self.message, self.on_request = message, on_request
+    def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        if self.message is not None:
-            print(self.message.format(signum=signum), flush=True)
-        if self.on_request is not None:
-            self.on_request(signum)
+        raise NotImplementedError
 
-    def __enter__(self) -> GracefulStop:
+    def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -45,7 +33,31 @@ class GracefulStop:
         self._previous.clear()
 
 
-class RaiseOnSignals:
+class GracefulStop(_OnSignals):
+    """While active (a context manager), the first SIGINT/SIGTERM sets ``requested``; a second raises
+    ``KeyboardInterrupt``. Outside the main thread it installs nothing (signals reach only the main thread).
+
+    Args:
+        message: Printed on the first signal (``{signum}`` is filled in); None prints nothing.
+        on_request: Called once on the first signal (e.g. to forward it to child processes).
+    """
+
+    def __init__(self, message: str | None = None, on_request: Callable[[int], None] | None = None) -> None:
+        super().__init__()
+        self.requested = False
+        self.message, self.on_request = message, on_request
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.message is not None:
+            print(self.message.format(signum=signum), flush=True)
+        if self.on_request is not None:
+            self.on_request(signum)
+
+
+class RaiseOnSignals(_OnSignals):
     """While active (a context manager, main thread only), SIGINT and SIGTERM raise ``KeyboardInterrupt``.
 
     For one-shot jobs that write a partial record on ``KeyboardInterrupt`` (``creditgym probe``): Python raises it
@@ -54,20 +66,5 @@ class RaiseOnSignals:
     written. The previous handlers come back on exit.
     """
 
-    def __init__(self) -> None:
-        self._previous: dict[int, Any] = {}
-
-    @staticmethod
-    def _raise(signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def __enter__(self) -> RaiseOnSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._raise)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
