@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -65,7 +66,8 @@ def test_real_model_benchmark_draws_the_same_tokens_as_generate(tmp_path: Path) 
     assert (
         data["continuations"]["batch"] == 2 * 2 * data["rollouts"]["batch"]
     )  # two cuts x K = 2 per response
-    assert "continuation tok/s (cpu) vs generate" in out and "continuation_speed_cpu" in data["ratios"]
+    ratio = data["ratios"]["continuation_speed_cpu"]["mean"]  # a ratio of two positive rates, on any machine
+    assert "continuation tok/s (cpu) vs generate" in out and math.isfinite(ratio) and ratio > 0
 
 
 def test_gpu_check_explains_itself_without_a_gpu() -> None:

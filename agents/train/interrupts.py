@@ -8,23 +8,27 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
+
+
+Handler = Callable[[int, FrameType | None], None]
 
 
 class _OnSignals:
-    """While active (a context manager), ``_handle`` answers SIGINT and SIGTERM; the previous handlers come back on
+    """While active (a context manager), ``handler`` answers SIGINT and SIGTERM; the previous handlers come back on
     exit. Outside the main thread it installs nothing (signals reach only the main thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
         self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        raise NotImplementedError
 
     def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
+                self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -43,7 +47,7 @@ class GracefulStop(_OnSignals):
     """
 
     def __init__(self, message: str | None = None, on_request: Callable[[int], None] | None = None) -> None:
-        super().__init__()
+        super().__init__(self._handle)
         self.requested = False
         self.message, self.on_request = message, on_request
 
@@ -66,5 +70,9 @@ class RaiseOnSignals(_OnSignals):
     written. The previous handlers come back on exit.
     """
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+    def __init__(self) -> None:
+        super().__init__(_raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)

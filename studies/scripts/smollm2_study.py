@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "studies" / "scripts"))
 from design import PilotRuns, read_pilot  # noqa: E402
 
 from creditgym.agents.study.results import upgrade_results  # noqa: E402
+from creditgym.agents.study.stats import Pilot  # noqa: E402
 
 BUDGET_S = 9000.0  # budget.md: 2.5 run-hours, the pilot included
 EVAL_EPISODES = 64
@@ -55,6 +56,18 @@ def planned_seeds(grpo_s: float, ratio: float, budget_s: float = BUDGET_S, pilot
     return n
 
 
+def _power_rows(p: Pilot, n: int) -> list[tuple[str, str]]:
+    """The table rows of what ``n`` seeds on 64 held-out episodes resolve: the expected half-width and the MDE."""
+    return [
+        (f"expected 95% half-width at {n} seeds", f"{p.half_width(n, EVAL_EPISODES):.3f}"),
+        (f"**MDE at {n} seeds** (80% power, 5% two-sided)", f"**{p.mde(n, EVAL_EPISODES):.3f}**"),
+    ]
+
+
+def _table(rows: list[tuple[str, str]]) -> list[str]:
+    return ["| | |", "|---|---:|", *(f"| {a} | {b} |" for a, b in rows)]
+
+
 def design_markdown(runs: PilotRuns, ratio: float, budget_s: float = BUDGET_S) -> str:
     """The design table: the pilot, the seeds the budget pays for, the projected cost and the MDE."""
     p, n = runs.pilot, planned_seeds(runs.wall_s, ratio, budget_s)
@@ -70,16 +83,13 @@ def design_markdown(runs: PilotRuns, ratio: float, budget_s: float = BUDGET_S) -
         ("evaluation sd bound, 64 episodes: sqrt(p(1 - p) / 64)", f"{p.eval_sd:.4f}"),
         ("training sd (seed sd less evaluation)", f"{p.train_sd:.4f}"),
         ("sd of one paired difference", f"{p.diff_sd(EVAL_EPISODES):.4f}"),
-        (f"expected 95% half-width at {n} seeds", f"{p.half_width(n, EVAL_EPISODES):.3f}"),
-        (f"**MDE at {n} seeds** (80% power, 5% two-sided)", f"**{p.mde(n, EVAL_EPISODES):.3f}**"),
+        *_power_rows(p, n),
     ]
     lines = [
         "The design from the pilot, before any `vine` run. Rendered by `python studies/scripts/smollm2_study.py --pilot studies/results/smollm2-study/pilot "
         "--out studies/results/smollm2-study/design.md` by the rule in `budget.md`.",
         "",
-        "| | |",
-        "|---|---:|",
-        *(f"| {a} | {b} |" for a, b in rows),
+        *_table(rows),
         "",
     ]
     return "\n".join(lines)
@@ -132,8 +142,7 @@ def revised_markdown(runs: PilotRuns, vine_step_s: float, budget_s: float = BUDG
         ("projected `vine` run (s)", f"{vine_run:.0f}"),
         ("seeds `n` (0 .. n-1)", f"{n}"),
         ("projected cost (run-s)", f"{cost:.0f}"),
-        (f"expected 95% half-width at {n} seeds", f"{p.half_width(n, EVAL_EPISODES):.3f}"),
-        (f"**MDE at {n} seeds** (80% power, 5% two-sided)", f"**{p.mde(n, EVAL_EPISODES):.3f}**"),
+        *_power_rows(p, n),
     ]
     return "\n".join(
         [
@@ -144,9 +153,7 @@ def revised_markdown(runs: PilotRuns, vine_step_s: float, budget_s: float = BUDG
             "`--revise studies/results/smollm2-study/vine-first-steps`, the metrics of steps 0-2 of seeds 0 and 1 "
             "as they stood when the study was stopped.",
             "",
-            "| | |",
-            "|---|---:|",
-            *(f"| {a} | {b} |" for a, b in rows),
+            *_table(rows),
             "",
         ]
     )
