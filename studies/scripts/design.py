@@ -363,6 +363,14 @@ def _with_train_sd(p: Pilot, train_sd: float) -> Pilot:
     return Pilot((p.score - half, p.score + half), p.eval_episodes)
 
 
+def emit(text: str, out: Path | None) -> int:
+    """Print a rendered table and, where ``out`` is given, write it there too; the exit status (0)."""
+    print(text)
+    if out is not None:
+        out.write_text(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -407,10 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probes=args.probes,
         reference=reference,
     )
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
-    return 0
+    return emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "studies" / "scripts"))
 
-from design import PilotRuns, read_pilot  # noqa: E402
+from design import PilotRuns, emit, read_pilot  # noqa: E402
 
 from creditgym.agents.study.results import upgrade_results  # noqa: E402
 from creditgym.agents.study.stats import Pilot  # noqa: E402
@@ -177,10 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = design_markdown(pilot, wall_ratio())
         if args.revise is not None:
             text += "\n" + revised_markdown(pilot, first_step_s(args.revise))
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
-    return 0
+    return emit(text, args.out)
 
 
 if __name__ == "__main__":
