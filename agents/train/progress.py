@@ -51,6 +51,8 @@ class RunProgress:
             f"acc {metrics.get('rollout/accuracy', float('nan')):.3f}",
             f"{metrics.get('rollout/tokens_per_s', 0.0):.0f} tok/s",
         ]
+        if metrics.get("rollout/truncated", 0.0) > 0:  # the share that ran out of budget
+            parts.append(f"cut {metrics['rollout/truncated']:.0%}")
         if "eval/accuracy" in metrics:
             parts.append(f"held-out {metrics['eval/accuracy']:.3f}")
         stats = " | ".join(parts)

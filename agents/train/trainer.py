@@ -65,6 +65,20 @@ def _accelerator(cfg: TrainConfig) -> Any:
     return Accelerator(cpu=cfg.device == "cpu")
 
 
+def budget_note(metrics: dict[str, float], max_new_tokens: int | None, share: float = 0.5) -> str | None:
+    """What to tell the user when more than ``share`` of a step's episodes ended at a budget (``truncated``: the
+    response budget in a one-turn env, turns, tokens or time in an agentic one) rather than by finishing: their
+    rewards score unfinished answers. ``None`` when fewer did."""
+    cut = metrics.get("rollout/truncated", float("nan"))
+    if not cut > share:  # NaN (no episode kept) says nothing
+        return None
+    budget = "the env's own limits" if max_new_tokens is None else f"--max-new-tokens {max_new_tokens}"
+    return (
+        f"{cut:.0%} of the responses ended at their budget ({budget}), not by finishing, so their rewards score "
+        "unfinished answers (rollout/truncated in metrics.jsonl); raise the budget if the task needs longer answers"
+    )
+
+
 class Trainer:
     """Runs :class:`TrainConfig` into the folder ``out`` (metrics, TensorBoard, checkpoints, final model, plots)."""
 
@@ -197,6 +211,7 @@ class Trainer:
             "rollout/reward": float(np.mean(rewards)) if kept else float("nan"),
             "rollout/accuracy": float(np.mean([r >= 1.0 for r in rewards])) if kept else float("nan"),
             "rollout/response_tokens": stats.policy_tokens / max(len(episodes), 1),
+            "rollout/truncated": float(np.mean([ep.truncated for ep in kept])) if kept else float("nan"),
             "rollout/infra_errors_dropped": float(len(episodes) - len(kept)),
             "rollout/tokens_per_s": stats.policy_tokens / max(stats.generate_s, 1e-9),
             "time/generate_s": stats.generate_s,
@@ -306,6 +321,7 @@ class Trainer:
         stop = GracefulStop(
             "[creditgym] signal {signum}: finishing this step, then checkpointing (again to abort now)"
         )
+        warned_cut = False
         with RunProgress(total=cfg.steps, start=self.step) as progress, stop:
             try:
                 while self.step < cfg.steps and not stop.requested:
@@ -318,6 +334,9 @@ class Trainer:
                     metrics.update(self._probe())  # {} unless cfg.probe_every divides the step
                     log.log(metrics)
                     progress.update(self.step, metrics)
+                    if not warned_cut and (note := budget_note(metrics, cfg.max_new_tokens)):
+                        print(f"[creditgym] step {self.step}: {note}", flush=True)
+                        warned_cut = True  # once a run: the metric carries it from then on
                     if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps or stop.requested:
                         self.save_checkpoint()
             finally:

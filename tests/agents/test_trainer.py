@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from creditgym.agents.train.checkpoint import CorruptCheckpointError, latest_che
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.loss import policy_loss
 from creditgym.agents.train.rollout import RolloutStats, sample_with_oom_backoff, to_batch
-from creditgym.agents.train.trainer import Trainer, TrainingDiverged
+from creditgym.agents.train.trainer import Trainer, TrainingDiverged, budget_note
 from creditgym.credit import available, get
 
 SMALL = dict(
@@ -280,3 +281,37 @@ def test_cort_and_grpo_train_on_the_rubric_env(name: str, tmp_path: Path) -> Non
     assert 0.0 <= summary["eval_before"] <= 1.0 and all(r.get("actor/pg_loss") is not None for r in rows[1:])
     if name == "cort":  # the counterfactual replay (the prompt without its criteria) ran and weighted tokens
         assert rows[1]["time/signals_s"] > 0 and rows[1]["credit/cort/weight_max"] is not None
+
+
+def test_the_share_of_responses_cut_by_the_budget_is_logged_and_said_once(tmp_path: Path, capsys) -> None:
+    """``rollout/truncated`` is the share of a step's episodes that ended at the response budget: exactly those
+    whose response filled the budget without an end-of-turn token. Above half, the run says so once."""
+    budget = 3
+    cfg = TrainConfig(
+        steps=2, prompts_per_step=2, group_size=4, eval_every=2, eval_episodes=4, max_new_tokens=budget
+    )
+    trainer = Trainer(cfg, tmp_path)
+    step, metrics = trainer._rollouts(np.random.default_rng(0))
+    assert step is not None
+    stops = set(trainer.policy.stop_token_ids)
+    cut = [
+        int(ep.env.ledger.policy_mask.sum()) == budget and int(ep.env.ledger.token_id[-1]) not in stops
+        for ep in step.episodes
+    ]
+    assert [ep.truncated for ep in step.episodes] == cut
+    assert metrics["rollout/truncated"] == pytest.approx(np.mean(cut))
+
+    trainer.run()
+    logged = [m["rollout/truncated"] for m in _metrics(tmp_path)[1:]]
+    assert len(logged) == 2 and all(0.0 <= x <= 1.0 for x in logged)
+    said = capsys.readouterr().out.count("ended at their budget (--max-new-tokens 3)")
+    assert said == (1 if max(logged) > 0.5 else 0)
+
+
+def test_budget_note_speaks_only_above_the_share() -> None:
+    assert budget_note({"rollout/truncated": 0.5}, 48) is None
+    assert budget_note({"rollout/truncated": float("nan")}, 48) is None
+    assert budget_note({}, 48) is None
+    note = budget_note({"rollout/truncated": 0.75}, 48)
+    assert note is not None and note.startswith("75% of the responses") and "--max-new-tokens 48" in note
+    assert "the env's own limits" in (budget_note({"rollout/truncated": 1.0}, None) or "")
