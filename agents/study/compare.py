@@ -136,13 +136,18 @@ def default_workers() -> int:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"3"`` -> ``(0, 1, 2)``; ``"0,4,7"`` -> ``(0, 4, 7)``."""
+    """``"3"`` -> ``(0, 1, 2)``; ``"0,4,7"`` -> ``(0, 4, 7)``; ``"5,"`` -> ``(5,)`` (one seed needs the comma)."""
     try:
         if "," in text:
             return tuple(int(s) for s in text.split(",") if s.strip())
-        return tuple(range(int(text)))
+        count = int(text)
     except ValueError as e:
         raise ValueError(f"--seeds expects a count (3) or a comma list (0,4,7), got {text!r}") from e
+    if count < 1:
+        raise ValueError(
+            f"--seeds {text} is a count of seeds and runs nothing; for seed {text} alone write '{text},'"
+        )
+    return tuple(range(count))
 
 
 #: TrainConfig fields a study sets per run, from the entry and the seed, never in its `train` settings.

@@ -18,6 +18,7 @@ from creditgym.agents.study.compare import (
     config_hash,
     load_config,
     parse_entry,
+    parse_seeds,
     plan,
     read_run,
     resolved_train_config,
@@ -112,6 +113,16 @@ def test_runs_are_planned_seed_by_seed_so_a_stopped_study_holds_pairs(tmp_path: 
 def test_cli_reports_a_bad_entry(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"creditgym compare: entry 'cort:nrm=1'.*its fields"):
         main(["compare", "--credit", "grpo,cort:nrm=1", "--out", str(tmp_path)])
+
+
+def test_seeds_are_a_count_or_a_list_and_zero_says_how_to_name_seed_0(tmp_path: Path) -> None:
+    assert (parse_seeds("3"), parse_seeds("0,4,7"), parse_seeds("5,")) == ((0, 1, 2), (0, 4, 7), (5,))
+    with pytest.raises(
+        SystemExit, match=r"--seeds 0 is a count of seeds and runs nothing; for seed 0 alone write '0,'"
+    ):
+        main(["compare", "--credit", "grpo", "--seeds", "0", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"a count \(3\) or a comma list"):
+        parse_seeds("two")
 
 
 def test_run_status_reuses_resumes_and_refuses_other_settings(tmp_path: Path) -> None:
