@@ -553,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument(
         "--credit", default=None, help="comma list of modules or variants name:key=value[;key=value]"
     )
-    cmp.add_argument("--seeds", default="3", help="a count (3 = seeds 0,1,2) or a list (0,4,7; one seed: 5,)")
+    cmp.add_argument("--seeds", default="3", help="3 (default) = seeds 0,1,2; a list 0,4,7; one seed 5,")
     cmp.add_argument("--out", required=True, help="study folder: runs/, results.json, summary.md, curves.png")
     cmp.add_argument(
         "--workers", type=int, default=None, help="runs at a time without --ray (default: half the CPU cores)"

@@ -64,6 +64,20 @@ class RunProgress:
             )
 
 
+def budget_note(metrics: dict[str, float], max_new_tokens: int | None, share: float = 0.5) -> str | None:
+    """What to tell the user when more than ``share`` of a step's episodes ended at a budget (``truncated``: the
+    response budget in a one-turn env, turns, tokens or time in an agentic one) rather than by finishing: their
+    rewards score unfinished answers. ``None`` when fewer did."""
+    cut = metrics.get("rollout/truncated", float("nan"))
+    if not cut > share:  # NaN (no episode kept) says nothing
+        return None
+    budget = "the env's own limits" if max_new_tokens is None else f"--max-new-tokens {max_new_tokens}"
+    return (
+        f"{cut:.0%} of the responses ended at their budget ({budget}), not by finishing, so their rewards score "
+        "unfinished answers (rollout/truncated in metrics.jsonl); raise the budget if the task needs longer answers"
+    )
+
+
 class MetricsLog:
     """Appends each step's metrics to ``history``, ``folder/metrics.jsonl`` and TensorBoard (``folder/tensorboard``).
 

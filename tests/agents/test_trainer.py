@@ -17,8 +17,9 @@ import torch
 from creditgym.agents.train.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.loss import policy_loss
+from creditgym.agents.train.progress import budget_note
 from creditgym.agents.train.rollout import RolloutStats, sample_with_oom_backoff, to_batch
-from creditgym.agents.train.trainer import Trainer, TrainingDiverged, budget_note
+from creditgym.agents.train.trainer import Trainer, TrainingDiverged
 from creditgym.credit import available, get
 
 SMALL = dict(
