@@ -28,7 +28,7 @@ from creditgym.agents.study.stats import holm
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "studies" / "results"
 EASY = "study-easy"
-LINKS = "study-chains/vine-links-pooled"
+LINKS = "study-chains/vine-links-pooled0-4"
 CONTROLS = "study-chains/controls-pooled"
 
 
@@ -44,16 +44,18 @@ class Row:
 
 
 #: The modules on their home tasks (the chains for `cast`, `compo`, `pact` and `vine`, the hard rubric for
-#: `cort`), the baselines beside `grpo` on the chains, then the ablations and controls of issue 14 (CAST without
-#: its flips and with the snapshot teacher; CompPO's standard critic, shuffled gate and GAE at the gate's mean
-#: lambda; PACT's probe critic and PACT without IS); each at the largest pool of seeds the study has.
+#: `cort`; `vine` as VinePPO runs it, with steps at the chain's links, at 5 seeds: with one step a response, its
+#: old default, it is the outcome baseline), the baselines beside `grpo` on the chains, then the ablations and
+#: controls of issue 14 (CAST without its flips and with the snapshot teacher; CompPO's standard critic, shuffled
+#: gate and GAE at the gate's mean lambda; PACT's probe critic and PACT without IS); each at the largest pool of
+#: seeds the study has.
 ROWS: tuple[Row, ...] = (
     Row("cast", "chains", "study-chains", "study-chains/probed-pooled", "cast"),
     Row("compo", "chains", "study-chains", "study-chains/probed-pooled", "compo"),
     Row("pact", "chains", "study-chains", "study-chains/probed-pooled", "pact"),
     Row('vine:delimiter=";"', "chains", LINKS, LINKS, None),
     Row("vine:every=16", "chains", CONTROLS, None, None),
-    Row("vine", "chains", CONTROLS, "study-chains/probed", "vine"),
+    Row("vine", "chains, one step a response", CONTROLS, "study-chains/probed", "vine"),
     Row("cort", "hard rubric", "study-hard/pooled0-19", "study-hard/probed", "cort"),
     Row("rloo", "chains", CONTROLS, None, "rloo"),
     Row("gae", "chains", CONTROLS, None, "gae"),
