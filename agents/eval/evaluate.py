@@ -419,15 +419,17 @@ def make_envs(cfg: TrainConfig, tokenizer: Any) -> tuple[gym.Env, gym.Env, int, 
 
 
 def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int) -> dict[str, float]:
-    """Greedy mean reward on ``episodes`` held-out episodes, episode ``i`` reset with seed ``seed_base + i``."""
+    """Greedy mean reward on ``episodes`` held-out episodes, episode ``i`` reset with seed ``seed_base + i``, and
+    the share of them that ended at a budget (``eval/truncated``: scored unfinished)."""
     base = env.unwrapped
     envs = []
     for i in range(episodes):
         base.reset(seed=seed_base + i)
         envs.append(base.fork())
     done = play(PolicyAgent(policy, temperature=0.0), envs, list(range(episodes)))
-    scored = [ep.reward for ep in done if ep.infra_error is None]
+    kept = [ep for ep in done if ep.infra_error is None]
     return {
-        "eval/accuracy": float(np.mean(scored)) if scored else float("nan"),
-        "eval/infra_errors": float(len(done) - len(scored)),
+        "eval/accuracy": float(np.mean([ep.reward for ep in kept])) if kept else float("nan"),
+        "eval/infra_errors": float(len(done) - len(kept)),
+        "eval/truncated": float(np.mean([ep.truncated for ep in kept])) if kept else float("nan"),
     }

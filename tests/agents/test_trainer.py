@@ -303,8 +303,11 @@ def test_the_share_of_responses_cut_by_the_budget_is_logged_and_said_once(tmp_pa
     assert metrics["rollout/truncated"] == pytest.approx(np.mean(cut))
 
     trainer.run()
-    logged = [m["rollout/truncated"] for m in _metrics(tmp_path)[1:]]
+    rows = _metrics(tmp_path)
+    logged = [m["rollout/truncated"] for m in rows[1:]]
     assert len(logged) == 2 and all(0.0 <= x <= 1.0 for x in logged)
+    assert [m["step"] for m in rows if "eval/truncated" in m] == [0, 2]  # the held-out episodes' share too
+    assert all(0.0 <= m["eval/truncated"] <= 1.0 for m in rows if "eval/truncated" in m)
     said = capsys.readouterr().out.count("ended at their budget (--max-new-tokens 3)")
     assert said == (1 if max(logged) > 0.5 else 0)
 
