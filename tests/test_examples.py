@@ -70,6 +70,22 @@ def test_real_model_benchmark_draws_the_same_tokens_as_generate(tmp_path: Path) 
     assert "continuation tok/s (cpu) vs generate" in out and math.isfinite(ratio) and ratio > 0
 
 
+def test_memory_benchmark_reads_every_phase_of_every_step_in_both_allocator_settings(tmp_path: Path) -> None:
+    out = _run(
+        "examples/benchmarks/memory.py",
+        *("--model", "creditgym/tiny", "--prompts", "2", "--group", "2", "--steps", "2"),
+        *("--json", str(tmp_path / "m.json")),
+    )
+    runs = json.loads((tmp_path / "m.json").read_text())["runs"]
+    assert list(runs) == ["glibc as it comes", "MALLOC_MMAP_THRESHOLD_=131072"]
+    for label, run in runs.items():
+        assert f"{label}: after loading" in out and len(run["steps"]) == 2
+        for phases in run["steps"]:
+            assert list(phases) == ["rollouts", "forward", "backward", "optimizer step"]
+            # a phase's peak is at least what is resident at its end, and a step holds at least the loaded model
+            assert all(p["peak_mb"] >= p["rss_mb"] >= run["init"]["rss_mb"] * 0.9 for p in phases.values())
+
+
 def test_gpu_check_explains_itself_without_a_gpu() -> None:
     import torch
 
