@@ -8,7 +8,8 @@ library's allocator as it comes, once with ``MALLOC_MMAP_THRESHOLD_`` fixed (gli
 block to the system at once, instead of raising its threshold and keeping such blocks for reuse). For each phase
 of each step (rollouts, the train pass's forward, backward, the optimizer step) it reads the resident set size
 after the phase and the peak reached during it (``VmHWM`` in ``/proc/self/status``, reset before each phase
-through ``/proc/self/clear_refs``; Linux only). Prints a table per run and writes every figure to ``--json``.
+through ``/proc/self/clear_refs``; Linux only), and each step's CPU time (user and system, so the page faults a
+returned block costs when it is taken again count). Prints a table per run and writes every figure to ``--json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +91,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.Tensor.backward = timed_backward  # type: ignore[method-assign]
     _reset_peak()
     for _ in range(args.steps):
+        cpu = time.process_time()
         trainer.train_step()
         trainer.step += 1
         record["steps"].append({phase: current[phase] for phase in PHASES})
+        record["steps"][-1]["cpu_s"] = time.process_time() - cpu  # user + system: page faults included
     return record
 
 
 def _table(label: str, record: dict[str, Any]) -> str:
     lines = [
         f"{label}: after loading, {record['init']['rss_mb']:,.0f} MiB resident",
-        f"{'step':>4} " + " ".join(f"{p + ' (now / peak)':>28}" for p in PHASES),
+        f"{'step':>4} " + " ".join(f"{p + ' (now / peak)':>28}" for p in PHASES) + f"{'CPU s':>8}",
     ]
     for k, phases in enumerate(record["steps"], 1):
         cells = (f"{phases[p]['rss_mb']:>13,.0f} / {phases[p]['peak_mb']:>,.0f}" for p in PHASES)
-        lines.append(f"{k:>4} " + " ".join(f"{c:>28}" for c in cells))
+        lines.append(f"{k:>4} " + " ".join(f"{c:>28}" for c in cells) + f"{phases['cpu_s']:>8.1f}")
     return "\n".join(lines)
 
 
