@@ -85,6 +85,7 @@ README_SOURCES = (
     "studies/results/study-easy/verdict.md",
     "studies/results/study-hard/probed",
     "studies/results/study-chains/probed-pooled",
+    "studies/results/smollm2-study/probed",
 )
 #: Figures from outside this study's record, per page: the papers' reported effects, the machine, the load on it
 #: and the constants of a formula.

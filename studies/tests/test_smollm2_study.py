@@ -79,3 +79,23 @@ def test_each_runs_own_metrics_hold_its_final_score() -> None:
         evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
         assert evals == [tuple(point) for point in run["curve"]], path
         assert sorted({int(r["step"]) for r in rows}) == list(range(11))  # steps 0-10, a resumed run's too
+
+
+def test_the_probed_rerun_trained_as_the_studys_seed_0() -> None:
+    """probed/: seed 0 of both entries run again with the probe at steps 0, 5 and 10 (after the study, outside its
+    budget): the study's settings but the probe's, the same held-out curve to the last digit (the probe draws seeds
+    of its own), and the probe's figures at each of those steps."""
+
+    def unprobed(config: dict) -> dict:
+        return {k: v for k, v in config.items() if not k.startswith("probe_")}
+
+    first = {(r["entry"], r["seed"]): r for r in json.loads((FOLDER / "results.json").read_text())["runs"]}
+    probed = json.loads((FOLDER / "probed" / "results.json").read_text())["runs"]
+    assert sorted((r["entry"], r["seed"]) for r in probed) == [("grpo", 0), ("vine", 0)]
+    for run in probed:
+        study_run = first[run["entry"], run["seed"]]
+        assert run["status"] == "finished" and run["train_config"]["probe_every"] == 5
+        assert unprobed(run["train_config"]) == unprobed(study_run["train_config"])
+        assert run["curve"] == study_run["curve"]
+        assert [p["step"] for p in run["probe"]] == [0, 5, 10]
+        assert all(p["figures"]["reliability_spearman"] is not None for p in run["probe"])
