@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from creditgym.agents.eval.scripted import SCRIPTED, Agent
 from creditgym.agents.train.config import TrainConfig
-from creditgym.agents.train.rollout import PolicyAgent, play
+from creditgym.agents.train.rollout import PolicyAgent, play, truncated_share
 from creditgym.envs import env_accepts, make, resolve_env_id, with_tokenizer
 
 
@@ -431,5 +431,5 @@ def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int)
     return {
         "eval/accuracy": float(np.mean([ep.reward for ep in kept])) if kept else float("nan"),
         "eval/infra_errors": float(len(done) - len(kept)),
-        "eval/truncated": float(np.mean([ep.truncated for ep in kept])) if kept else float("nan"),
+        "eval/truncated": truncated_share(kept),
     }

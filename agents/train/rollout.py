@@ -46,6 +46,12 @@ class Episode:
         return float(self.env.ledger.reward.sum())
 
 
+def truncated_share(episodes: Sequence[Episode]) -> float:
+    """The share of ``episodes`` that ended at a budget (``truncated``) rather than by finishing: their rewards score
+    unfinished answers. NaN for no episodes."""
+    return float(np.mean([ep.truncated for ep in episodes])) if episodes else float("nan")
+
+
 @dataclass
 class RolloutStats:
     generate_s: float = 0.0

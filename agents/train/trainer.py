@@ -43,7 +43,7 @@ from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
 from creditgym.agents.train.plots import credit_html, credit_png, credit_samples, curves_png
 from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note
-from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play
+from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
 from creditgym.credit import CREDIT, CreditOutput
 
 
@@ -197,7 +197,7 @@ class Trainer:
             "rollout/reward": float(np.mean(rewards)) if kept else float("nan"),
             "rollout/accuracy": float(np.mean([r >= 1.0 for r in rewards])) if kept else float("nan"),
             "rollout/response_tokens": stats.policy_tokens / max(len(episodes), 1),
-            "rollout/truncated": float(np.mean([ep.truncated for ep in kept])) if kept else float("nan"),
+            "rollout/truncated": truncated_share(kept),
             "rollout/infra_errors_dropped": float(len(episodes) - len(kept)),
             "rollout/tokens_per_s": stats.policy_tokens / max(stats.generate_s, 1e-9),
             "time/generate_s": stats.generate_s,

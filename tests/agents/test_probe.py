@@ -494,9 +494,8 @@ def test_an_interrupted_probe_leaves_a_partial_probe_json(
     import select
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TERM": "xterm", "COLUMNS": "160"}
-    env["PYTHONFAULTHANDLER"] = (
-        "1"  # a probe that never exits is sent SIGABRT below: its threads' stacks come out
-    )
+    # a probe that never exits is sent SIGABRT below: with the fault handler on, its threads' stacks come out
+    env["PYTHONFAULTHANDLER"] = "1"
     cmd = [sys.executable, "-m", "creditgym.cli", "probe", "--out", str(tmp_path), "--credit", "grpo"]
     cmd += ["--prompts", "4", "--group", "4", "--k", "256", "--rows", "32", "--max-new-tokens", "24"]
     cmd += ["--every", "1", "--target", "none"]
