@@ -201,7 +201,7 @@ class HFBackend(Backend):
             [unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device
         )  # (B,)
         logits, cache, att, pos = self._prefill([list(p) for p in unique], device)
-        shrink = _can_shrink(cache)
+        shrink = can_copy_rows(cache)
         if (
             len(unique) < n and shrink
         ):  # identical prompts (a group's, a probe start's forks) share one prefill
@@ -209,7 +209,7 @@ class HFBackend(Backend):
             logits, att, pos = logits[source], att[source], pos[source]
         elif len(unique) < n:  # a cache whose rows cannot be copied: prefill every row
             logits, cache, att, pos = self._prefill([list(p) for p in prompts], device)
-        cache_arg = "cache" if _takes(self.model, "cache") else "past_key_values"  # transformers >= 5: cache
+        cache_name = cache_arg(self.model)
         rows = torch.arange(n, device=device)  # batch row -> prompt index
         nxt_pos = pos[:, -1:] + 1  # (B, 1)
         stops = torch.tensor(sampling.stops, device=device)
@@ -241,10 +241,10 @@ class HFBackend(Backend):
                 "input_ids": token[:, None],
                 "attention_mask": att,
                 "position_ids": nxt_pos,
-                cache_arg: cache,
+                cache_name: cache,
             }
             out = self.model(**step_in, use_cache=True)
-            cache, logits, nxt_pos = _cache_of(out), out.logits[:, -1], nxt_pos + 1
+            cache, logits, nxt_pos = cache_of(out), out.logits[:, -1], nxt_pos + 1
         return Sampled(tokens, [torch.tensor(v, dtype=torch.float32) for v in logps])
 
     def _prefill(
@@ -262,7 +262,7 @@ class HFBackend(Backend):
         pos = (att.cumsum(-1) - 1).clamp_min(0)  # (B, P)
         extra = {"logits_to_keep": 1} if _takes(self.model, "logits_to_keep") else {}
         out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **extra)
-        return out.logits[:, -1], _cache_of(out), att, pos
+        return out.logits[:, -1], cache_of(out), att, pos
 
 
 def _takes(model: nn.Module, name: str) -> bool:
@@ -270,14 +270,19 @@ def _takes(model: nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def _cache_of(out: Any) -> Any:
+def cache_arg(model: nn.Module) -> str:
+    """The name ``model.forward`` takes a KV cache under (``cache`` in transformers >= 5, ``past_key_values``)."""
+    return "cache" if _takes(model, "cache") else "past_key_values"
+
+
+def cache_of(out: Any) -> Any:
     """The KV cache a forward pass returned (``cache`` in transformers >= 5, ``past_key_values`` before)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
 
-def _can_shrink(cache: Any) -> bool:
-    """Whether finished rows can be dropped from ``cache`` (a plain dynamic cache of full-attention layers)."""
+def can_copy_rows(cache: Any) -> bool:
+    """Whether ``cache``'s rows can be selected, copied or dropped (a plain dynamic cache of full-attention layers)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 

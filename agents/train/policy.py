@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from creditgym.agents.train.backends import GenerationBackend, HFBackend, Sampled
+from creditgym.agents.train.prefix import shared_prefix_pass
 from creditgym.envs.tokenizer import default_stop_token_ids
 
 if TYPE_CHECKING:
@@ -322,15 +323,23 @@ class Policy:
         return_entropy: bool,
         entropy_grad: bool,
     ) -> ForwardOutput:
-        """`forward_logprobs` with the LM head on the positions predicting ``score_mask``'s tokens only."""
-        out = self.model.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        )
+        """`forward_logprobs` with the LM head on the positions predicting ``score_mask``'s tokens only, and each
+        prompt that rows share run once (:func:`~creditgym.agents.train.prefix.shared_prefix_pass`)."""
         real = attention_mask.bool()
         mask = F.pad(real[:, 1:] & real[:, :-1], (1, 0), value=False) & score_mask.to(real.device)  # (B, T)
         picked = mask[:, 1:]  # (B, T-1) positions whose next token is scored
-        logp = torch.log_softmax(head(out.last_hidden_state[:, :-1][picked]).float(), dim=-1)  # (N, V)
-        lp = logp.gather(-1, input_ids[:, 1:][picked].unsqueeze(-1)).squeeze(-1)  # (N,)
+        shared = shared_prefix_pass(self.model.base_model, input_ids, attention_mask, mask)
+        if shared is None:
+            ids = input_ids
+            hidden = self.model.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state  # (B, T, H)
+            at = picked
+        else:  # the same tokens in the same order, laid out [prompt | rest]
+            ids, hidden = shared.input_ids, shared.hidden
+            at = shared.score_mask[:, 1:]
+        logp = torch.log_softmax(head(hidden[:, :-1][at]).float(), dim=-1)  # (N, V)
+        lp = logp.gather(-1, ids[:, 1:][at].unsqueeze(-1)).squeeze(-1)  # (N,)
         zeros = torch.zeros(picked.shape, dtype=lp.dtype, device=lp.device)  # (B, T-1)
         result = ForwardOutput(logprobs=_shift(zeros.masked_scatter(picked, lp)), mask=mask)
         if return_entropy:

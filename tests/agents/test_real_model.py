@@ -17,6 +17,7 @@ from creditgym.agents.eval.evaluate import make_envs
 from creditgym.agents.probe.run import sample_batch
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.policy import Policy, load_policy
+from creditgym.agents.train.prefix import shared_prefix_pass
 from creditgym.agents.train.rollout import to_batch
 from creditgym.agents.train.trainer import train
 from creditgym.envs import Source
@@ -52,6 +53,14 @@ def test_the_model_samples_in_each_env_and_trains_on_what_it_sampled(policy: Pol
     scored = policy.forward_logprobs(batch.input_ids, batch.attention_mask).logprobs
     torch.testing.assert_close(
         scored[batch.policy_mask], batch.old_logprobs[batch.policy_mask], atol=1e-3, rtol=0
+    )
+    # and so are the training pass's, where the group's one prompt runs once (multi-turn SWE included)
+    assert shared_prefix_pass(
+        policy.model.base_model, batch.input_ids, batch.attention_mask, batch.policy_mask
+    )
+    trained = policy.forward_logprobs(batch.input_ids, batch.attention_mask, score_mask=batch.policy_mask)
+    torch.testing.assert_close(
+        trained.logprobs[batch.policy_mask], batch.old_logprobs[batch.policy_mask], atol=1e-3, rtol=0
     )
 
 
