@@ -44,6 +44,7 @@ from creditgym.agents.train.plots import credit_html, credit_png, credit_samples
 from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
+from creditgym.agents.train.update import adamw, backward, rows_with_gradient, update_pass
 from creditgym.credit import CREDIT, CreditOutput
 
 
@@ -91,9 +92,7 @@ class Trainer:
             )  # vLLM starts from a folder; then weights by sync
             self.policy.backend = VLLMBackend(folder, seed=cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.optimizer = torch.optim.AdamW(
-            self.policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = adamw(self.policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.train_module = None  # the DDP wrapper of the actor in a multi-process run
         if self.accelerator is not None:
             self.train_module, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
@@ -236,14 +235,20 @@ class Trainer:
             for rows in torch.tensor_split(order, min(cfg.minibatches, ids.shape[0])):
                 rows = rows.to(ids.device)
                 m = mask[rows]
-                fwd = self.policy.forward_logprobs(
+                fwd = update_pass(  # the LM head on the response's positions only
+                    self.policy,
                     ids[rows],
                     att[rows],
+                    m,
+                    advantages[rows],
                     module=self.train_module,
-                    score_mask=m,  # the LM head on the response's positions only
                     entropy_grad=cfg.entropy_coef != 0,  # otherwise the entropy is only logged
+                    graph_for_all=cfg.entropy_coef != 0 or ref_lp is not None or self.accelerator is not None,
                 )
                 loss, metrics = actor_loss(fwd.logprobs, old_lp[rows], advantages[rows], m, cfg)
+                metrics["actor/zero_advantage_rows"] = (
+                    1.0 - rows_with_gradient(advantages[rows], m).float().mean().item()
+                )
                 entropy = aggregate(fwd.entropies, m, cfg.loss_agg)
                 loss = loss - cfg.entropy_coef * entropy
                 if ref_lp is not None:
@@ -260,7 +265,7 @@ class Trainer:
                 if self.accelerator is not None:
                     self.accelerator.backward(loss)  # all-reduces the gradients across processes
                 else:
-                    loss.backward()
+                    backward(loss, self.policy.model.parameters())
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     raise self._diverged(f"the gradient norm is {grad_norm.item()} (before the update)")
