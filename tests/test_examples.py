@@ -70,6 +70,25 @@ def test_real_model_benchmark_draws_the_same_tokens_as_generate(tmp_path: Path) 
     assert "continuation tok/s (cpu) vs generate" in out and math.isfinite(ratio) and ratio > 0
 
 
+def test_real_model_benchmark_steps_beside_trl_and_times_the_optimizer(tmp_path: Path) -> None:
+    """On the bundled model: one creditgym step and one TRL step on the same tasks, each reply saying how many
+    rows had no advantage, and AdamW's fused step against its for-loop one."""
+    out = _run(
+        "examples/benchmarks/real_model.py",
+        *("--model", "creditgym/tiny", "--rounds", "1", "--skip-rollouts", "--skip-continuations"),
+        *("--json", str(tmp_path / "s.json")),
+    )
+    data = json.loads((tmp_path / "s.json").read_text())
+    (row,) = data["steps"]["rounds"]
+    assert set(row) == {"creditgym", "trl"} and row["trl"]["prompt_tokens_identical"]
+    assert 0 <= row["creditgym"]["zero_advantage_rows"] <= 1 and row["creditgym"]["response_tokens"] > 0
+    assert set(data["steps"]["max_rss_mb"]) == {"creditgym", "trl"}
+    (optim,) = data["optimizer"]["rounds"]
+    assert set(optim) == {"fused", "for-loop"} and data["optimizer"]["parameters"] > 0
+    ratio = data["ratios"]["step_time_cpu"]["mean"]  # a ratio of two positive times, on any machine
+    assert "GRPO step s (cpu) vs TRL" in out and "AdamW step" in out and math.isfinite(ratio) and ratio > 0
+
+
 def test_memory_benchmark_reads_every_phase_of_every_step_in_both_allocator_settings(tmp_path: Path) -> None:
     out = _run(
         "examples/benchmarks/memory.py",

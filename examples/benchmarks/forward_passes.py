@@ -6,7 +6,9 @@ Runs one real training step (4 prompts x 4 responses, Math-v0) per module and co
 policy's decoder stack (a hook on ``model.base_model``) and the reference model's: ``prefill`` (the prompts, before
 decoding), ``decode`` (one cached pass per generated token; its tokens are the rows still running),
 ``score`` (a no-grad teacher-forced pass: behaviour extras, teachers, counterfactual replays, PACT's refreshed
-actor, the reference model) and ``train`` (the pass the loss differentiates). Prints one JSON line per module.
+actor, the reference model), ``train`` (the update's pass, which the loss differentiates; a shared prompt's pass
+and its rows' rest count as two) and ``train, no graph`` (the update's pass over rows without an advantage).
+Prints one JSON line per module.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 import torch
 
+from creditgym.agents.train import trainer as trainer_module
 from creditgym.agents.train.config import TrainConfig
-from creditgym.agents.train.trainer import Trainer
 
 
 def count(model: str, credit: str, kl_coef: float, seed: int = 0) -> dict[str, Any]:
@@ -38,28 +40,42 @@ def count(model: str, credit: str, kl_coef: float, seed: int = 0) -> dict[str, A
         env_kwargs=env_kwargs,
     )
     counts: collections.Counter[str] = collections.Counter()
+    updating = [False]  # inside the update's pass
+    update_pass = trainer_module.update_pass
+
+    def counted_update(*args: Any, **kwargs: Any) -> Any:
+        updating[0] = True
+        try:
+            return update_pass(*args, **kwargs)
+        finally:
+            updating[0] = False
 
     def hook(name: str) -> Any:
         def pre(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             ids, att = kwargs["input_ids"], kwargs.get("attention_mask")
-            real = (
-                int(att.sum()) if att is not None and att.shape == ids.shape else ids.numel()
-            )  # padding: 0s
-            if kwargs.get("use_cache"):
-                kind, tokens = ("decode", ids.shape[0]) if ids.shape[1] == 1 else ("prefill", real)
+            # the real tokens of this pass (the mask's last columns; any before them are a cache's)
+            tokens = int(att[:, -ids.shape[1] :].sum()) if att is not None else ids.numel()
+            if updating[0]:
+                kind = "train" if torch.is_grad_enabled() else "train, no graph"
+            elif kwargs.get("use_cache"):
+                kind = "decode" if ids.shape[1] == 1 else "prefill"
             else:
-                kind, tokens = ("train" if torch.is_grad_enabled() else "score"), real
+                kind = "score"
             counts[f"{name} {kind} passes"] += 1
             counts[f"{name} {kind} tokens"] += tokens
 
         return pre
 
-    with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(cfg, out)
-        trainer.policy.model.base_model.register_forward_pre_hook(hook("policy"), with_kwargs=True)
-        if trainer.reference is not None:
-            trainer.reference.base_model.register_forward_pre_hook(hook("reference"), with_kwargs=True)
-        metrics = trainer.train_step()
+    trainer_module.update_pass = counted_update
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            trainer = trainer_module.Trainer(cfg, out)
+            trainer.policy.model.base_model.register_forward_pre_hook(hook("policy"), with_kwargs=True)
+            if trainer.reference is not None:
+                trainer.reference.base_model.register_forward_pre_hook(hook("reference"), with_kwargs=True)
+            metrics = trainer.train_step()
+    finally:
+        trainer_module.update_pass = update_pass
     responses = cfg.prompts_per_step * cfg.group_size
     return {
         "model": model,

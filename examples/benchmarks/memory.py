@@ -9,7 +9,9 @@ block to the system at once, instead of raising its threshold and keeping such b
 of each step (rollouts, the train pass's forward, backward, the optimizer step) it reads the resident set size
 after the phase and the peak reached during it (``VmHWM`` in ``/proc/self/status``, reset before each phase
 through ``/proc/self/clear_refs``; Linux only), and each step's CPU time (user and system, so the page faults a
-returned block costs when it is taken again count). Prints a table per run and writes every figure to ``--json``.
+returned block costs when it is taken again count). Every row of the batch goes through the train pass with its
+graph, as if each had an advantage (the trainer skips the graph of rows without one): the most a step holds.
+Prints a table per run and writes every figure to ``--json``.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The phases of ``args.steps`` steps in this process: ``{"init": {...}, "steps": [{phase: {...}}]}``."""
     import torch
 
+    from creditgym.agents.train import trainer as trainer_module
     from creditgym.agents.train.config import TrainConfig
-    from creditgym.agents.train.trainer import Trainer
+    from creditgym.agents.train.update import update_pass
 
     torch.set_num_threads(1)
+    # every row through one pass with its graph, as if each had an advantage: the most a step holds
+    trainer_module.update_pass = lambda *a, **kw: update_pass(*a, **{**kw, "graph_for_all": True})
     cfg = TrainConfig(
         model=args.model,
         env_id="creditgym/Math-v0",
@@ -60,7 +65,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         eval_episodes=1,
         seed=0,
     )
-    trainer = Trainer(cfg, tempfile.mkdtemp(prefix="memory_"))
+    trainer = trainer_module.Trainer(cfg, tempfile.mkdtemp(prefix="memory_"))
     rss, peak = _memory_mb()
     record: dict[str, Any] = {"init": {"rss_mb": rss, "peak_mb": peak}, "steps": []}
     current: dict[str, dict[str, float]] = {}

@@ -11,15 +11,20 @@ model's own tokenizer and chat template, ``--prompts`` tasks x ``--group`` respo
    Tokens are counted up to each row's first stop token, on both sides.
 2. **A GRPO step.** creditgym's trainer (``grpo``, one optimizer step over the batch) and TRL's ``GRPOTrainer``
    (same model, prompts, verifier, batch, response budget, learning rate, clip norm; ``beta = 0``, one iteration,
-   one optimizer step), each in its own subprocess, the two stepping in turn: a warm-up step each, then
+   one optimizer step), each in its own subprocess, the sides stepping in turn: a warm-up step each, then
    ``--rounds`` timed steps each. The prompts are the very tasks creditgym's step ``k`` draws, handed to TRL as
    text (the script checks that TRL's tokens equal creditgym's); TRL's reward is creditgym's math verifier.
+   creditgym runs as it comes (rows whose advantage is 0 everywhere run forward without a graph), or with
+   ``--every-row`` with every row's graph kept and differentiated, the work TRL does on those rows; each reply
+   says how many rows had no advantage.
 3. **The probe's continuations.** ``--probe-k`` forks of each step-0 response's prefixes (cut at a third and at
    two thirds of the response), generated the way ``creditgym probe`` generates them (``backend.generate``: one
    batch, no log-probs; identical prefixes prefilled once) against plain ``model.generate`` on the same
    left-padded rows, alternating.
 4. **Peak memory**: each subprocess's maximum resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
    model loading included).
+5. **The optimizer step**: ``torch.optim.AdamW`` over the model's parameters (random gradients), its fused kernel
+   (what the trainer and TRL use) against the for-loop one torch picks on a CPU by default, alternating.
 
 Times are wall-clock and this process's CPU time (with one thread, CPU time is what other work on a shared
 machine moves least); ratios are creditgym over the reference, per round, reported as mean [min, max].
@@ -205,13 +210,16 @@ def _rates(row: dict[str, dict[str, float]]) -> str:
 # -- 2. steps, in two worker processes --------------------------------------------------------------------------
 
 
+SIDES = ("creditgym", "creditgym-every-row", "trl")  # the step comparison runs one creditgym side and TRL
+
+
 def worker(args: argparse.Namespace, folder: str) -> None:
     """One side of the step comparison: a step per ``step`` line on stdin, a JSON line back for each."""
     torch.set_num_threads(args.threads)
     if args.worker == "trl":
         _trl_side(args, folder)
         return
-    step = _creditgym_side(args, folder)
+    step = _creditgym_side(args, folder, every_row=args.worker == "creditgym-every-row")
     for line in sys.stdin:
         if line.strip() != "step":
             break
@@ -223,10 +231,13 @@ def _reply(obj: dict[str, Any]) -> None:
     print(REPLY + json.dumps(obj), flush=True)  # marked: TRL prints its own logs on stdout
 
 
-def _creditgym_side(args: argparse.Namespace, folder: str) -> Any:
-    from creditgym.agents.train.trainer import Trainer
+def _creditgym_side(args: argparse.Namespace, folder: str, every_row: bool) -> Any:
+    from creditgym.agents.train import trainer as trainer_module
+    from creditgym.agents.train.update import update_pass
 
-    trainer = Trainer(_config(args, folder), tempfile.mkdtemp(prefix="real_model_"))
+    if every_row:  # every row's graph kept and differentiated, as TRL's loss does
+        trainer_module.update_pass = lambda *a, **kw: update_pass(*a, **{**kw, "graph_for_all": True})
+    trainer = trainer_module.Trainer(_config(args, folder), tempfile.mkdtemp(prefix="real_model_"))
 
     def step() -> dict[str, Any]:
         start = _clock()
@@ -235,7 +246,14 @@ def _creditgym_side(args: argparse.Namespace, folder: str) -> Any:
         took = _since(start)
         tokens = m["rollout/response_tokens"] * args.prompts * args.group
         phases = {k.removeprefix("time/"): v for k, v in m.items() if k.startswith("time/")}
-        return {**took, "response_tokens": tokens, "reward": m["rollout/reward"], "phases": phases}
+        return {
+            **took,
+            "response_tokens": tokens,
+            "reward": m["rollout/reward"],
+            # rows whose advantage is 0 everywhere: their pass runs without a graph (no backward through them)
+            "zero_advantage_rows": m["actor/zero_advantage_rows"],
+            "phases": phases,
+        }
 
     return step
 
@@ -340,7 +358,8 @@ class _Worker:
 
 def steps(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """creditgym's and TRL's steps, in turn: a warm-up each, then ``rounds`` rounds."""
-    sides = {name: _Worker(name, argv, args.threads) for name in ("creditgym", "trl")}
+    ours = "creditgym-every-row" if args.every_row else "creditgym"
+    sides = {name: _Worker(name, argv, args.threads) for name in (ours, "trl")}
     rounds: list[dict[str, Any]] = []
     for r in range(args.rounds + 1):
         row = {name: w.send("step") for name, w in sides.items()}
@@ -372,11 +391,35 @@ def summarize(roll: dict[str, Any], step: dict[str, Any], cont: dict[str, Any]) 
                 out[f"{name}_speed_{clock[:-2]}"] = _ratio(
                     [rate(r["creditgym"], clock) / rate(r["generate"], clock) for r in part["rounds"]]
                 )
-        if step["rounds"]:
-            out[f"step_time_{clock[:-2]}"] = _ratio(
-                [r["creditgym"][clock] / r["trl"][clock] for r in step["rounds"]]
-            )
+        for side in [s for s in SIDES[:-1] if step["rounds"] and s in step["rounds"][0]]:
+            key = "step_time" + side.removeprefix("creditgym").replace("-", "_")
+            out[f"{key}_{clock[:-2]}"] = _ratio([r[side][clock] / r["trl"][clock] for r in step["rounds"]])
     return out
+
+
+def optimizers(args: argparse.Namespace) -> dict[str, Any]:
+    """AdamW's fused step against its for-loop one over the model's parameters, alternating."""
+    from creditgym.agents.train.policy import load_policy
+
+    params = list(load_policy(args.model, device="cpu").model.parameters())
+    generator = torch.Generator().manual_seed(0)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=generator) * 1e-3
+    kinds = {"fused": {"fused": True}, "for-loop": {"foreach": False}}
+    optims = {k: torch.optim.AdamW(params, lr=1e-6, **kw) for k, kw in kinds.items()}
+    rounds = []
+    for r in range(args.rounds + 1):
+        row = {}
+        for name, opt in optims.items():
+            start = _clock()
+            opt.step()
+            row[name] = _since(start)
+        if r:  # round 0 allocates the moments
+            rounds.append(row)
+    _say(
+        "optimizer: " + ", ".join(f"{k} {np.mean([r[k]['cpu_s'] for r in rounds]):.2f} s CPU" for k in kinds)
+    )
+    return {"parameters": sum(p.numel() for p in params), "rounds": rounds}
 
 
 def _say(text: str) -> None:
@@ -398,17 +441,25 @@ def main() -> None:
         "--probe-k", type=int, default=8, help="forks per prefix in the continuation comparison"
     )
     parser.add_argument("--skip-continuations", action="store_true", help="no continuation comparison")
+    parser.add_argument("--skip-optimizer", action="store_true", help="no optimizer-step comparison")
+    parser.add_argument(
+        "--every-row", action="store_true", help="creditgym's step keeps and differentiates every row's graph"
+    )
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--worker", choices=("creditgym", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.worker:
         worker(args, args.folder)
         return
-    from creditgym.agents.train.policy import load_policy
+    from creditgym.agents.train.policy import BUNDLED_MODEL, bundled_model_path
+    from creditgym.models import resolve_model
 
-    folder = str(load_policy(args.model, device="cpu").model.name_or_path)  # a named model's cache folder
+    # a named model's cache folder (converted on first use), found without loading the model here: this
+    # process stays small beside the workers
+    folder = resolve_model(args.model)
+    folder = str(bundled_model_path()) if folder == BUNDLED_MODEL else folder
     argv = ["--folder", folder] + [
         f"--{k.replace('_', '-')}={getattr(args, k)}"
         for k in ("model", "prompts", "group", "max_new_tokens", "threads", "rounds", "seed")
@@ -416,17 +467,20 @@ def main() -> None:
     roll = {"rounds": []} if args.skip_rollouts else rollouts(args, folder)
     cont = {"rounds": []} if args.skip_continuations else continuations(args, folder)
     step = {"rounds": [], "max_rss_mb": {}} if args.skip_steps else steps(args, argv)
+    optim = {"rounds": []} if args.skip_optimizer else optimizers(args)
     result = {
         "command": "python examples/benchmarks/real_model.py " + " ".join(sys.argv[1:]),
         "model": args.model,
         "settings": {
-            k: getattr(args, k) for k in ("prompts", "group", "max_new_tokens", "threads", "rounds")
+            k: getattr(args, k)
+            for k in ("prompts", "group", "max_new_tokens", "threads", "rounds", "every_row")
         },
         "load_average": os.getloadavg(),
         "torch": torch.__version__,
         "rollouts": roll,
         "continuations": cont,
         "steps": step,
+        "optimizer": optim,
         "ratios": summarize(roll, step, cont),
     }
     _print(result)
@@ -450,21 +504,32 @@ def _print(result: dict[str, Any]) -> None:
                 f"{name + ' tok/s (' + clock[:-2] + ') vs generate':<38} {ours:>12.1f} {ref:>12.1f} "
                 f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
             )
-        if not step:
-            continue
-        ours = np.mean([r["creditgym"][clock] for r in step])
-        ref = np.mean([r["trl"][clock] for r in step])
-        q = _ratio([r["creditgym"][clock] / r["trl"][clock] for r in step])
+        for side in [s for s in SIDES[:-1] if step and s in step[0]]:
+            label = "GRPO step" + side.removeprefix("creditgym").replace("-", " ")
+            ours = np.mean([r[side][clock] for r in step])
+            ref = np.mean([r["trl"][clock] for r in step])
+            q = _ratio([r[side][clock] / r["trl"][clock] for r in step])
+            print(
+                f"{label + ' s (' + clock[:-2] + ') vs TRL':<38} {ours:>12.1f} {ref:>12.1f} "
+                f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
+            )
+    if step:
+        zero = [r[s]["zero_advantage_rows"] for r in step for s in SIDES[:-1] if s in r]
+        print(f"{'rows with no advantage, per round':<38} {', '.join(f'{z:.0%}' for z in zero):>12}")
+    mem = result["steps"]["max_rss_mb"]
+    for side in [s for s in SIDES[:-1] if s in mem]:
         print(
-            f"{'GRPO step s (' + clock[:-2] + ') vs TRL':<38} {ours:>12.1f} {ref:>12.1f} "
+            f"{'peak RSS MiB' + side.removeprefix('creditgym').replace('-', ' ') + ' vs TRL':<38} "
+            f"{mem[side]:>12.0f} {mem['trl']:>12.0f} {mem[side] / mem['trl']:>12.2f}x"
+        )
+    optim = result["optimizer"]["rounds"]
+    if optim:
+        ours, ref = (np.mean([r[k]["cpu_s"] for r in optim]) for k in ("fused", "for-loop"))
+        q = _ratio([r["fused"]["cpu_s"] / r["for-loop"]["cpu_s"] for r in optim])
+        print(
+            f"{'AdamW step s (cpu), fused vs for-loop':<38} {ours:>12.2f} {ref:>12.2f} "
             f"{q['mean']:>12.2f}x [{q['min']:.2f}, {q['max']:.2f}]"
         )
-    mem = result["steps"]["max_rss_mb"]
-    if not mem:
-        return
-    print(
-        f"{'peak RSS MiB vs TRL':<38} {mem['creditgym']:>12.0f} {mem['trl']:>12.0f} {mem['creditgym'] / mem['trl']:>12.2f}x"
-    )
 
 
 if __name__ == "__main__":
