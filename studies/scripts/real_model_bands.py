@@ -106,6 +106,7 @@ def measure(
             )
     env.close()
     per_prompt = [mean(rewards[i * samples : (i + 1) * samples]) for i in range(prompts)]
+    groups = [rewards[i * samples : (i + 1) * samples] for i in range(prompts)]
     interval = t_interval(per_prompt)
     return {
         "env": family.env_id,
@@ -119,6 +120,8 @@ def measure(
         "mean": mean(per_prompt),
         "interval": list(interval) if interval else None,
         "truncated_share": truncated / len(responses),
+        # prompts whose samples did not all score the same: the groups that give GRPO a non-zero advantage
+        "mixed_share": mean([float(len(set(g)) > 1) for g in groups]) if samples > 1 else None,
         "mean_response_tokens": mean(lengths),
         "generate_seconds": round(seconds, 1),
         "examples": examples,
@@ -126,11 +129,14 @@ def measure(
 
 
 def table(rows: list[dict[str, Any]], band: tuple[float, float]) -> str:
-    """The markdown table of ``rows`` (one per family and temperature)."""
+    """The markdown table of ``rows`` (one per family and temperature); the column of groups with mixed rewards
+    appears where some row measured it (rows from before it was measured leave it blank)."""
+    mixed = any(r.get("mixed_share") is not None for r in rows)
     lines = [
         "| family | env kwargs | temperature | budget | prompts x samples | mean reward [95% CI] | in band | "
-        "truncated | tokens/response |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        + ("groups with mixed rewards | " if mixed else "")
+        + "truncated | tokens/response |",
+        "|---|---|---:|---:|---:|---:|---|" + ("---:|" if mixed else "") + "---:|---:|",
     ]
     for r in rows:
         lo, hi = r["interval"] or (float("nan"), float("nan"))
@@ -139,9 +145,15 @@ def table(rows: list[dict[str, Any]], band: tuple[float, float]) -> str:
         lines.append(
             f"| {r['family']} | `{r['env']}` {kwargs} | {r['temperature']:g} | {r['max_new_tokens']} | "
             f"{r['prompts']} x {r['samples']} ({r['distinct_prompts']} distinct) | {r['mean']:.2f} [{lo:.2f}, "
-            f"{hi:.2f}] | {inside} | {r['truncated_share']:.0%} | {r['mean_response_tokens']:.0f} |"
+            f"{hi:.2f}] | {inside} | "
+            + (f"{_share(r.get('mixed_share'))} | " if mixed else "")
+            + f"{r['truncated_share']:.0%} | {r['mean_response_tokens']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
 
 
 def save(out: Path, rows: list[dict[str, Any]], model: str, note: str, band: tuple[float, float]) -> None:
@@ -158,7 +170,7 @@ def save(out: Path, rows: list[dict[str, Any]], model: str, note: str, band: tup
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     header = (
         f"Step-0 score of `{model}` on each family's test split ({note}). Mean reward over prompts with the 95% "
-        f"t-interval over prompts; band {band[0]:.0%}-{band[1]:.0%}. Reproduce with the `command` in bands.json.\n\n"
+        f"t-interval over prompts; band {band[0]:.0%}-{band[1]:.0%}. Reproduce with the `command` in {out.name}.json.\n\n"
     )
     out.with_suffix(".md").write_text(header + table(ordered, band) + "\n")
 

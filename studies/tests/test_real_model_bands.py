@@ -40,7 +40,16 @@ def test_measures_each_family_and_merges_runs(tmp_path: Path) -> None:
     for row in rows.values():
         assert 0 <= row["mean"] <= 1 and row["prompts"] == 3 and row["max_new_tokens"] == 12
         assert row["mean_response_tokens"] <= 12 and "--families" in row["command"]
-    assert "| math-1 |" in out.with_suffix(".md").read_text()
+    assert greedy["mixed_share"] is None and 0 <= sampled["mixed_share"] <= 1
+    table = out.with_suffix(".md").read_text()
+    assert "| math-1 |" in table and "groups with mixed rewards" in table
+
+
+def test_rows_measured_before_the_mixed_column_leave_it_blank() -> None:
+    committed = json.loads(COMMITTED.with_suffix(".json").read_text())["rows"][:2]
+    rows = [{**row, "mixed_share": share} for row, share in zip(committed, (None, 0.25), strict=True)]
+    lines = bands.table(rows, (0.2, 0.7)).splitlines()
+    assert "groups with mixed rewards" in lines[0] and "| 25% |" in lines[3] and "|  |" in lines[2]
 
 
 def test_bad_input_is_named(tmp_path: Path) -> None:
