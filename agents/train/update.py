@@ -74,23 +74,25 @@ def update_pass(
         A :class:`ForwardOutput` with ``logprobs``, ``entropies`` and ``mask`` for all ``b`` rows, in order.
     """
 
-    def run(rows: Tensor) -> ForwardOutput:
+    def run(rows: Tensor | None) -> ForwardOutput:
+        picked = (lambda x: x) if rows is None else (lambda x: x[rows])
         return policy.forward_logprobs(
-            input_ids[rows],
-            attention_mask[rows],
+            picked(input_ids),
+            picked(attention_mask),
             module=module,
-            score_mask=mask[rows],
+            score_mask=picked(mask),
             entropy_grad=entropy_grad,
         )
 
     live = rows_with_gradient(advantages, mask)  # (b,)
     if graph_for_all or bool(live.all()):
-        return run(torch.arange(len(live), device=live.device))
+        return run(None)  # the minibatch as it is: no copy
+    live_rows, dead_rows = live.nonzero()[:, 0], (~live).nonzero()[:, 0]
     parts: list[tuple[Tensor, ForwardOutput]] = []
-    if live.any():
-        parts.append((live.nonzero()[:, 0], run(live.nonzero()[:, 0])))
+    if len(live_rows):
+        parts.append((live_rows, run(live_rows)))
     with torch.no_grad():
-        parts.append(((~live).nonzero()[:, 0], run((~live).nonzero()[:, 0])))
+        parts.append((dead_rows, run(dead_rows)))
     first = parts[0][1]
     out = ForwardOutput(
         logprobs=first.logprobs.new_zeros(input_ids.shape),
