@@ -76,13 +76,20 @@ _APPLY_CMDS = (
 )
 # Linear: literal line starts, one greedy run to the end of the line (the old `(.+) and (.+)` was quadratic).
 _BINARY = re.compile(r"^(?:GIT binary patch|Binary files .* differ)$", re.M)
-# What the patch changed, NUL-separated: "/tracked", files changed against HEAD, "/new", files untracked since
-# the snapshot (ignored ones included). Paths from git never start with "/".
+# What the patch changed, NUL-separated, on stdout alone (git's warnings, a `.gitattributes` can make it print
+# some, go to /dev/null; merged into the output they garbled the first path): "/tracked", files changed against
+# HEAD, "/new", files untracked since the snapshot (ignored ones included). Paths from git never start with "/".
 _BEFORE = "/tmp/creditgym.untracked"  # written as the sandbox's user: _DIR is root's
-_SNAPSHOT = f"git ls-files -z --others | sort -z > {_BEFORE}"
+_SNAPSHOT = f"git ls-files -z --others 2>/dev/null | sort -z > {_BEFORE}"
 _CHANGED = (
-    "printf '/tracked\\0' && git -c core.quotepath=off diff --name-only -z --no-renames HEAD && "
-    f"printf '/new\\0' && git ls-files -z --others | sort -z | comm -z -13 {_BEFORE} -"
+    "set -o pipefail; { printf '/tracked\\0' && git -c core.quotepath=off diff --name-only -z --no-renames HEAD && "
+    f"printf '/new\\0' && git ls-files -z --others | sort -z | comm -z -13 {_BEFORE} -; }} 2>/dev/null"
+)
+# The paths on stdin (NUL-separated) that name neither a file of the tree nor one of HEAD (a deletion): printed
+# back, NUL-separated. None is printed when every path is one git could have meant.
+_UNKNOWN = (
+    'while IFS= read -r -d \'\' p; do [ -e "$p" ] || [ -L "$p" ] || git cat-file -e "HEAD:$p" 2>/dev/null '
+    "|| printf '%s\\0' \"$p\"; done"
 )
 _WITNESS_SOURCE = (Path(__file__).parent / "witness.py").read_text(encoding="utf-8")
 
@@ -159,17 +166,25 @@ def _apply(box: DockerSandbox, patch_path: str) -> tuple[str, str]:
 
 def _test_files(box: DockerSandbox, task: SWETask) -> list[str]:
     """The Python test files the witness may take test code from: tracked ones and the test patch's."""
-    tracked = _git(box, "git ls-files -z").output.split("\0")
+    tracked = _git(box, "git ls-files -z 2>/dev/null").output.split("\0")
     files = dict.fromkeys([*tracked, *patch_files(task.test_patch)])
     return [p for p in files if p.endswith(".py") and integrity.is_test_file(p)]
 
 
-def _changed(box: DockerSandbox) -> tuple[list[str], list[str]]:
-    """(every path the applied patch changed, the paths it created), from git in the container."""
-    fields = _git(box, _CHANGED).output.split("\0")
-    at = fields.index("/new") if "/new" in fields else len(fields)
+def _changed(box: DockerSandbox) -> tuple[list[str], list[str]] | None:
+    """(every path the applied patch changed, the paths it created), from git in the container; None when git
+    failed or named a path that is neither in the tree nor a deletion (the list cannot be trusted)."""
+    listed = _git(box, _CHANGED)
+    fields = listed.output.split("\0")
+    if listed.exit_code != 0 or fields[:1] != ["/tracked"] or "/new" not in fields or fields[-1] != "":
+        return None
+    at = fields.index("/new")
     tracked = [p for p in fields[1:at] if p]
     added = [p for p in fields[at + 1 :] if p]
+    paths = "".join(f"{p}\0" for p in tracked + added).encode("utf-8", errors="surrogateescape")
+    unknown = box.exec(scripts.SAFE_GIT + _UNKNOWN, timeout=60, stdin=paths)
+    if unknown.exit_code != 0 or unknown.output:
+        return None
     return tracked + added, added
 
 
@@ -224,7 +239,8 @@ def grade(
     Returns:
         A :class:`Verdict`. ``status``: ``"correct"`` (resolved), ``"wrong"`` (not resolved; or the patch did
         not apply, is binary or too large: ``details["patch_applied"]`` False and ``details["error"]`` says
-        why; or it tampers with the tests: ``details["error_kind"] == "tampered"`` and ``details["tampered"]``
+        why; or its log could not be read, a parser raising or running past ``scoring.PARSE_TIMEOUT_S``:
+        ``error_kind == "log"``; or it tampers with the tests: ``details["error_kind"] == "tampered"`` and ``details["tampered"]``
         lists why; or the tests wrote past the disk limit: ``error_kind == "disk"``), ``"timeout"`` (the tests
         ran past ``timeout``; score 0), ``"infra_error"`` (engine down, image missing or not buildable,
         container died; score None, ``details["error"]``, and ``details["error_kind"]``: a ``SandboxError``
@@ -289,7 +305,14 @@ def grade(
                 if applied == "failed":
                     error = f"the patch did not apply (git apply, --3way, patch --fuzz=5):\n{apply_log}"
                     return _verdict("wrong", started, error, patch_applied=False)
-                changed, added = _changed(box)
+                listed = _changed(box)
+                if listed is None:
+                    error = (
+                        "git could not list the files the patch changed (a path it printed is neither in the tree "
+                        "nor a deletion), so the tests cannot be restored: send a plain source diff"
+                    )
+                    return _verdict("wrong", started, error, error_kind="changed", patch_applied=True)
+                changed, added = listed
                 reasons = integrity.refusal(changed, added)
                 if reasons:
                     return _tampered(reasons, started, patch_applied=True)
@@ -351,7 +374,9 @@ def _judge(
         return _verdict("wrong", started, error, error_kind="disk", **common)
     if run.timed_out:
         return _verdict("timeout", started, f"the tests ran past {timeout:g} s", **common)
-    scored = scoring.score(task, log, key=key, token=token, canaries_expected=expected)
+    scored = scoring.score_bounded(task, log, key=key, token=token, canaries_expected=expected)
+    if scored.error:
+        return _verdict("wrong", started, scored.error, error_kind="log", tests=scored.tests, **common)
     common.update(canaries=scored.canaries, witness=scored.witness, other_tests=scored.other_tests)
     if scored.tampering:
         return _tampered(scored.tampering, started, **common)

@@ -8,6 +8,9 @@
 2. swebench's parser (``get_logs_eval``), then **failures stick**: a graded test whose result lines contradict each
    other fails; for unittest logs, one that unittest's summary lists (``FAIL: name``) fails.
 3. **The witness** (:func:`creditgym.verifiers.swe.integrity.witness_check`): a pass it did not see is a failure.
+4. **Bounded in time and guarded** (:func:`score_bounded`, what the grader calls): all of it runs in a child
+   process killed after :data:`PARSE_TIMEOUT_S`; a log that makes any parser raise (swebench's ``int()`` of a
+   5,000-digit exit code) or run past the limit is unreadable, the patch's failure, never the grader's exception.
 
 ``swebench.harness`` is imported inside the functions: it takes about a second and calls ``load_dotenv()``.
 """
@@ -15,7 +18,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +32,7 @@ from creditgym.verifiers.swe.tasks import SWETask
 
 MAX_LOG_LINES = 50_000
 MAX_CANARIES = 1_000
+PARSE_TIMEOUT_S = 60.0  # a 32 MiB log parses in a few seconds
 _END_MARKER = ">>>>> End Test Output"
 # swebench's markers: a line holding one is kept (its first and last occurrence)
 _MARKERS = (
@@ -56,6 +63,7 @@ class Scored:
         canaries: How many canaries failed as they must, passed, or did neither.
         tampering: Why the canaries or the witness say the run was tampered with (empty: they do not).
         other_tests: How many parsed outcomes of tests that are not graded were left out.
+        error: Why the log could not be read at all (a parser raised or ran past its time limit); empty when read.
     """
 
     readable: bool
@@ -66,6 +74,57 @@ class Scored:
     canaries: dict[str, int] = field(default_factory=dict)
     tampering: list[str] = field(default_factory=list)
     other_tests: int = 0
+    error: str = ""
+
+
+def score_bounded(
+    task: SWETask,
+    log: str,
+    *,
+    key: bytes,
+    token: str,
+    canaries_expected: bool,
+    timeout: float = PARSE_TIMEOUT_S,
+) -> Scored:
+    """:func:`score` in a child process killed after ``timeout`` seconds.
+
+    The log is the patch's output: a log that makes a parser raise or run past ``timeout`` is returned as
+    unreadable, every graded test ``MISSING`` and failed, with ``error`` saying why. Only a child that cannot be
+    started raises.
+    """
+    with tempfile.TemporaryDirectory(prefix="creditgym-score-") as tmp:
+        job, out = os.path.join(tmp, "job.pickle"), os.path.join(tmp, "scored.pickle")
+        with open(job, "wb") as fh:
+            pickle.dump((task, log, key, token, canaries_expected), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        cmd = [sys.executable, "-c", f"from {__name__} import _child; _child()", job, out]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return _unreadable(task, f"reading the test log took more than {timeout:g} s (PARSE_TIMEOUT_S)")
+        if done.returncode == 0 and os.path.exists(out):
+            with open(out, "rb") as fh:
+                scored: Scored = pickle.load(fh)  # written by our own child, from our own classes
+            return scored
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        return _unreadable(task, f"the test log could not be read: {said[0][:500]}")
+
+
+def _unreadable(task: SWETask, error: str) -> Scored:
+    report = {
+        "FAIL_TO_PASS": {"success": [], "failure": list(task.fail_to_pass)},
+        "PASS_TO_PASS": {"success": [], "failure": list(task.pass_to_pass)},
+    }
+    tests = dict.fromkeys([*task.fail_to_pass, *task.pass_to_pass], "MISSING")
+    return Scored(False, tests, report, "RESOLVED_NO", error=error)
+
+
+def _child() -> None:
+    """The child of :func:`score_bounded`: ``argv[1]`` holds the job, the result goes to ``argv[2]``."""
+    with open(sys.argv[1], "rb") as fh:
+        task, log, key, token, expected = pickle.load(fh)
+    scored = score(task, log, key=key, token=token, canaries_expected=expected)
+    with open(sys.argv[2], "wb") as fh:
+        pickle.dump(scored, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def score(task: SWETask, log: str, *, key: bytes, token: str, canaries_expected: bool) -> Scored:

@@ -33,6 +33,7 @@ FILES_ENV = "CREDITGYM_WITNESS_FILES"
 RUNNER_MODULES = ("unittest", "pytest", "py.test", "django")
 RUNNER_SCRIPTS = ("pytest", "py.test", "runtests.py")
 PASSING = ("PASSED", "XFAIL")
+MAX_RECORD_CHARS = 1 << 20  # a record is a few hundred characters; a longer line is not read
 _CHAIN = 32  # most __wrapped__ links followed to a test's own function
 _WITNESS = None  # the armed witness of this process, if any
 
@@ -50,25 +51,31 @@ def record_line(key, record):
 def read_records(log, key, keep=None):
     """(the records of ``log`` signed under ``key`` that ``keep`` accepts, how many witness lines did not verify).
 
-    Linear in the log; only the kept records are held (``keep(record)``: default all).
+    One pass over the log: only lines that start with :data:`PREFIX` are read, each once, and the scan goes on
+    from the end of each line (a line holding the prefix a million times costs one scan, not a million). A line
+    longer than :data:`MAX_RECORD_CHARS` is counted as not verified unread. Only the kept records are held
+    (``keep(record)``: default all).
     """
-    records, forged, at = [], 0, log.find(PREFIX)
+    records, forged = [], 0
+    at = 0 if log.startswith(PREFIX) else log.find("\n" + PREFIX)
     while at >= 0:
+        if log[at] == "\n":
+            at += 1
         end = log.find("\n", at)
-        line = log[at : end if end >= 0 else len(log)]
-        if at == 0 or log[at - 1] == "\n":
-            parts = line.rstrip("\r").split(" ", 2)
-            record = None
+        end = len(log) if end < 0 else end
+        record = None
+        if end - at <= MAX_RECORD_CHARS:
+            parts = log[at:end].rstrip("\r").split(" ", 2)
             if len(parts) == 3 and hmac.compare_digest(
                 parts[1].encode("utf-8", "replace"), sign(key, parts[2]).encode()
             ):
                 with contextlib.suppress(ValueError):
                     record = json.loads(parts[2])
-            if not isinstance(record, dict):
-                forged += 1
-            elif keep is None or keep(record):
-                records.append(record)
-        at = log.find(PREFIX, at + len(PREFIX))
+        if not isinstance(record, dict):
+            forged += 1
+        elif keep is None or keep(record):
+            records.append(record)
+        at = log.find("\n" + PREFIX, end)
     return records, forged
 
 
