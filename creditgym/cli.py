@@ -256,12 +256,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     refused = (ValueError, TypeError, KeyError, FileNotFoundError, TrainingDiverged, CorruptCheckpointError)
     try:  # the model's defaults (smollm2-135m: its lr); on --resume, a flag left out keeps the run's value
-        given = resume_settings(args.out, train_overrides(args)) if args.resume else train_overrides(args)
-        cfg = TrainConfig.for_model(**given)
+        cfg = TrainConfig.for_model(**resume_settings(args.out, train_overrides(args), args.resume))
         summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
-    except RunFolderError as e:  # a run folder refused or unwritable: one line, a usage error
-        print(f"creditgym train: {e}", file=sys.stderr)
-        return 2
+    except (RunFolderError, KeyboardInterrupt) as e:  # a folder refused or unwritable: 2; a stop signal: 130
+        print(f"creditgym train: {e or 'interrupted'}", file=sys.stderr)
+        return 2 if isinstance(e, RunFolderError) else 130
     except refused as e:
         raise SystemExit(f"creditgym train: {e.args[0] if e.args else e}") from e
     if not summary.get("is_main", True):

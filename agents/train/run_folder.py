@@ -92,10 +92,10 @@ def recorded_config(out: str | os.PathLike[str]) -> dict[str, Any] | None:
     return config
 
 
-def resume_settings(out: str | os.PathLike[str], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The `TrainConfig` fields of ``--resume``: the run's recorded settings, then the flags ``given``; a flag left
-    out keeps the run's value (None: no recorded run, the caller uses its own defaults)."""
-    recorded = recorded_config(out)
+def resume_settings(out: str | os.PathLike[str], given: Mapping[str, Any], resume: bool) -> dict[str, Any]:
+    """The `TrainConfig` fields of a run: with ``resume``, the run's recorded settings, then the flags ``given`` (a
+    flag left out keeps the run's value); else, or with no recorded run, ``given`` alone."""
+    recorded = recorded_config(out) if resume else None
     if recorded is None:
         return dict(given)
     known = {f.name for f in dataclasses.fields(TrainConfig)}

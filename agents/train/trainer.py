@@ -39,7 +39,7 @@ from creditgym.agents.providers import (
 from creditgym.agents.train import run_folder
 from creditgym.agents.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from creditgym.agents.train.config import TrainConfig, resolve
-from creditgym.agents.train.interrupts import GracefulStop
+from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
 from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
 from creditgym.agents.train.plots import credit_html, credit_png, credit_samples, curves_png
 from creditgym.agents.train.policy import load_policy
@@ -321,7 +321,14 @@ class Trainer:
         cfg, log = self.cfg, self.log
         evaluate = lambda: evaluate_policy(self.policy, self.eval_env, cfg.eval_episodes, self.eval_seed)  # noqa: E731
         if self.step == 0 and self.is_main:
-            first = {"step": 0.0, **evaluate(), **self._probe()}
+            try:  # the first Ctrl-C / SIGTERM of the step-0 evaluation stops the run: nothing is trained yet
+                with RaiseOnSignals():
+                    first = {"step": 0.0, **evaluate(), **self._probe()}
+            except KeyboardInterrupt as e:
+                raise KeyboardInterrupt(
+                    f"stopped by {e or 'SIGINT'} during the step-0 held-out evaluation, before any training; "
+                    "start again with --overwrite"
+                ) from None
             with run_folder.writing(self.out):
                 log.log(first)
         stop = GracefulStop(

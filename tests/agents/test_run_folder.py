@@ -7,8 +7,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +188,18 @@ def test_image_locks_live_where_no_import_finds_them() -> None:
     for source in package.rglob("*.py"):
         if ".venv" not in source.parts:
             assert not re.search(r'gettempdir\(\)\)\s*/\s*"creditgym"', source.read_text()), source
+
+
+def test_ctrl_c_during_the_step_0_evaluation_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "creditgym.cli", "train", "--out", str(out), "--eval-episodes", "400"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while (
+        not (out / "history.jsonl").exists() and proc.poll() is None
+    ):  # written just before step 0's evaluation
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, err
+    assert lines[0].startswith("creditgym train: stopped by SIGINT during the step-0 held-out evaluation")
