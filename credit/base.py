@@ -322,7 +322,8 @@ class CreditModule(Generic[ConfigT]):
 
     ``provided_by`` maps each declared signal to the provider that computes it and the fields of ``config`` that
     provider takes (`ProvidedBy`). ``actor_loss`` is the policy loss of the module's paper (``"ppo"``, the clipped
-    surrogate, or ``"dis"``, PACT's): a trainer uses it when its run names none.
+    surrogate, or ``"dis"``, PACT's): a trainer uses it when its run names none. ``group_relative``: the
+    module's advantage is centred on the group (0 for a group of one), so a trainer refuses a group size of 1.
     """
 
     name: str
@@ -332,6 +333,7 @@ class CreditModule(Generic[ConfigT]):
     critic: bool
     provided_by: Mapping[str, ProvidedBy] = field(default_factory=dict)
     actor_loss: str = "ppo"
+    group_relative: bool = False
 
     @property
     def signal_params(self) -> dict[str, tuple[str, ...]]:
@@ -413,6 +415,7 @@ def register(
     signals: SignalDecl = (),
     critic: bool = False,
     actor_loss: str = "ppo",
+    group_relative: bool = False,
 ) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
     """Decorator: registers ``fn(batch, cfg) -> CreditOutput`` under ``name`` (file name = key = CLI value).
 
@@ -426,6 +429,8 @@ def register(
             declares the ``values`` signal; its provider fits the critic after the actor update).
         actor_loss: the name of the policy loss of the module's method (creditgym's trainer knows ``"ppo"``, the
             clipped surrogate, and ``"dis"``, PACT's decoupled importance sampling), used by a run that names none.
+        group_relative: True when the advantage is centred on the group (GRPO, RLOO and the modules built on
+            them): a response alone in its group gets 0, so a trainer refuses a group size of 1.
 
     Raises:
         ValueError: duplicate name, name not an identifier, unknown signal, a signal parameter that is not a
@@ -449,7 +454,9 @@ def register(
     def deco(fn: CreditFn[ConfigT]) -> CreditFn[ConfigT]:
         if name in _REGISTRY:
             raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
-        entry = CreditModule(name, fn, config, tuple(provided_by), critic, provided_by, actor_loss)
+        entry = CreditModule(
+            name, fn, config, tuple(provided_by), critic, provided_by, actor_loss, group_relative
+        )
         _REGISTRY[name] = entry  # type: ignore[assignment]
         return fn
 

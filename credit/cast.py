@@ -218,6 +218,7 @@ def group_scale(A: Tensor, mask: Tensor, group_ids: Tensor, bound: float) -> Ten
     "cast",
     config=CASTConfig,
     signals={"teacher_logprobs": ("teacher", "teacher_context", "teacher_refresh_every", "teacher_ema")},
+    group_relative=True,
 )
 @torch.no_grad()
 def cast(batch: CreditBatch, cfg: CASTConfig) -> CreditOutput:

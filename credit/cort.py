@@ -234,7 +234,12 @@ def span_metrics(w: Tensor, valid: Tensor, spans: Tensor) -> dict[str, float]:
     }
 
 
-@register("cort", config=CoRTConfig, signals=("counterfactual_logprobs", "criterion_spans"))
+@register(
+    "cort",
+    config=CoRTConfig,
+    signals=("counterfactual_logprobs", "criterion_spans"),
+    group_relative=True,
+)
 @torch.no_grad()
 def cort(batch: CreditBatch, cfg: CoRTConfig) -> CreditOutput:
     """CoRT token advantages: the GRPO advantage redistributed by counterfactual-replay weights.

@@ -118,7 +118,7 @@ def grpo_advantage(batch: CreditBatch, cfg: GRPOConfig) -> tuple[Tensor, Tensor,
     return torch.where(is_sample & (g.n >= 2) & ~g.all_equal, A, 0.0), r, is_sample, g
 
 
-@register("grpo", config=GRPOConfig)
+@register("grpo", config=GRPOConfig, group_relative=True)
 @torch.no_grad()
 def grpo(batch: CreditBatch, cfg: GRPOConfig) -> CreditOutput:
     """Group-normalised outcome advantage broadcast to the policy tokens (formula in the module docstring).

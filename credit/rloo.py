@@ -25,7 +25,7 @@ class RLOOConfig:
     """Config of `rloo`: RLOO has no knobs (kept so every module has the same signature)."""
 
 
-@register("rloo", config=RLOOConfig)
+@register("rloo", config=RLOOConfig, group_relative=True)
 @torch.no_grad()
 def rloo(batch: CreditBatch, cfg: RLOOConfig) -> CreditOutput:
     """Leave-one-out outcome advantage broadcast to the policy tokens (formula in the module docstring).

@@ -251,19 +251,17 @@ def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) ->
 def _cmd_train(args: argparse.Namespace) -> int:
     from creditgym.agents.train.checkpoint import CorruptCheckpointError
     from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.run_folder import RunFolderError, resume_settings
     from creditgym.agents.train.trainer import TrainingDiverged, train
 
-    try:
-        cfg = TrainConfig.for_model(**train_overrides(args))  # the model's defaults (smollm2-135m: its lr)
-        summary = train(cfg, args.out, resume=args.resume)
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        FileNotFoundError,
-        TrainingDiverged,
-        CorruptCheckpointError,
-    ) as e:
+    refused = (ValueError, TypeError, KeyError, FileNotFoundError, TrainingDiverged, CorruptCheckpointError)
+    try:  # the model's defaults (smollm2-135m: its lr); on --resume, a flag left out keeps the run's value
+        cfg = TrainConfig.for_model(**resume_settings(args.out, train_overrides(args), args.resume))
+        summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
+    except (RunFolderError, KeyboardInterrupt) as e:  # a folder refused or unwritable: 2; a stop signal: 130
+        print(f"creditgym train: {e or 'interrupted'}", file=sys.stderr)
+        return 2 if isinstance(e, RunFolderError) else 130
+    except refused as e:
         raise SystemExit(f"creditgym train: {e.args[0] if e.args else e}") from e
     if not summary.get("is_main", True):
         return 0  # a secondary process of a multi-process run: process 0 reports
@@ -511,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--credit-kw", action="append", metavar="KEY=VALUE", help="credit config field (JSON value)"
     )
-    tr.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    tr.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    tr.add_argument("--overwrite", action="store_true", help="delete the run in --out first (its files only)")
     tr.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("eval", help="run an agent through an env and report its accuracy")

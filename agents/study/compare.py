@@ -49,6 +49,7 @@ from creditgym.agents.study.stats import mean
 from creditgym.agents.train.config import TrainConfig, resolve
 from creditgym.agents.train.flags import json_or_str, parse_train_argv, train_argv
 from creditgym.agents.train.plots import study_png
+from creditgym.agents.train.run_folder import recorded_config
 
 RESULTS, SUMMARY, CURVES, CONFIG = "results.json", "summary.md", "curves.png", "config.json"
 RUN_RECORD = "compare.json"  # per run folder, next to the trainer's own files and its train.log
@@ -335,7 +336,7 @@ def read_run(out: Path, cfg: CompareConfig, entry: Entry, seed: int) -> dict[str
     )
     step_times = [r["time/step_s"] for r in rows if r.get("time/step_s") is not None]
     record = _read_json(folder / RUN_RECORD) or {}
-    ran = _read_json(folder / "config.json")  # what the trainer resolved, when the run started
+    ran = recorded_config(folder)  # what the trainer resolved, with the changes of its resumes
     train_config = ran if isinstance(ran, dict) else resolved_train_config(cfg.train, entry, seed)
     return {
         "entry": entry.label,

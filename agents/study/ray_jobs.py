@@ -355,15 +355,17 @@ def _localize(task: Any, driver_bundled: str) -> Any:
     return dataclasses.replace(task, build_dir=BUNDLED_TASKS / relative)
 
 
+def image_lock_dir() -> Path:
+    """Where nodes keep their image locks: a name no import can pick up (a ``creditgym`` folder on ``sys.path``,
+    such as the temporary folder when a script runs from there, would shadow the package), one per user."""
+    return Path(tempfile.gettempdir()) / f"creditgym-locks-{os.getuid()}"
+
+
 def _image_once(task: Any) -> None:
     """Build or check the task's image once per node: a file lock serialises this node's workers."""
     from creditgym.verifiers.swe.grading import SandboxError, ensure_image
 
-    lock = (
-        Path(tempfile.gettempdir())
-        / "creditgym"
-        / f"image-{hashlib.sha1(task.image.encode()).hexdigest()}.lock"
-    )
+    lock = image_lock_dir() / f"image-{hashlib.sha1(task.image.encode()).hexdigest()}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

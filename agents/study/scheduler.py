@@ -64,9 +64,11 @@ def has_checkpoint(folder: Path) -> bool:
 
 
 def train_command(job: RunJob, folder: Path) -> list[str]:
-    """The child's argv: ``python -m creditgym.cli train --out FOLDER ...`` (+ ``--resume`` after a checkpoint)."""
+    """The child's argv: ``python -m creditgym.cli train --out FOLDER ...`` + ``--resume`` after a checkpoint, else
+    ``--overwrite`` (what an attempt left before its first checkpoint cannot be resumed; `plan` checked that the
+    folder's settings are the study's)."""
     argv = [sys.executable, "-m", "creditgym.cli", "train", "--out", str(folder), *job.args]
-    return argv + (["--resume"] if has_checkpoint(folder) else [])
+    return argv + (["--resume"] if has_checkpoint(folder) else ["--overwrite"])
 
 
 def child_pythonpath(paths: Sequence[str] | None = None) -> str:

@@ -41,20 +41,25 @@ def save_checkpoint(root: str | os.PathLike[str], step: int, state: dict[str, An
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save({**state, "step": step}, tmp / STATE)
-    manifest = {"step": step, "files": {STATE: _sha256(tmp / STATE)}}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    for path in (tmp / STATE, tmp / MANIFEST):
-        with path.open("rb") as f:
-            os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
     latest_tmp = root / f".latest-{os.getpid()}"
-    latest_tmp.write_text(final.name + "\n")
-    os.replace(latest_tmp, root / "latest")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:  # a failed write (a full disk) leaves the earlier checkpoints as they were and no temporary files
+        tmp.mkdir()
+        torch.save({**state, "step": step}, tmp / STATE)
+        manifest = {"step": step, "files": {STATE: _sha256(tmp / STATE)}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        for path in (tmp / STATE, tmp / MANIFEST):
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        latest_tmp.write_text(final.name + "\n")
+        os.replace(latest_tmp, root / "latest")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        latest_tmp.unlink(missing_ok=True)
+        raise
     for old in sorted(root.glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -78,6 +78,18 @@ def budget_note(metrics: dict[str, float], max_new_tokens: int | None, share: fl
     )
 
 
+def equal_rewards_note(metrics: dict[str, float]) -> str | None:
+    """What to tell the user when every response of a step got the same reward: nothing in the outcome prefers
+    one response to another, so advantages centred on the group are 0 (``None`` when the rewards differ)."""
+    if metrics.get("rollout/reward_spread", float("nan")) != 0.0:  # NaN (no episode kept) says nothing
+        return None
+    return (
+        f"every response got the same reward ({metrics.get('rollout/reward', float('nan')):.3f}), so there is "
+        "nothing to prefer and group-relative advantages are 0 (rollout/reward_spread in metrics.jsonl); a task "
+        "the policy sometimes solves, or a larger --group-size, gives a signal"
+    )
+
+
 class MetricsLog:
     """Appends each step's metrics to ``history``, ``folder/metrics.jsonl`` and TensorBoard (``folder/tensorboard``).
 

@@ -36,13 +36,14 @@ from creditgym.agents.providers import (
     build_providers,
     sequence_logprobs,
 )
+from creditgym.agents.train import run_folder
 from creditgym.agents.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from creditgym.agents.train.config import TrainConfig, resolve
-from creditgym.agents.train.interrupts import GracefulStop
+from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
 from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
 from creditgym.agents.train.plots import credit_html, credit_png, credit_samples, curves_png
 from creditgym.agents.train.policy import load_policy
-from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note
+from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note, equal_rewards_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
 from creditgym.agents.train.update import adamw, backward, rows_with_gradient, update_pass
 from creditgym.credit import CREDIT, CreditOutput
@@ -69,11 +70,21 @@ def _accelerator(cfg: TrainConfig) -> Any:
 class Trainer:
     """Runs :class:`TrainConfig` into the folder ``out`` (metrics, TensorBoard, checkpoints, final model, plots)."""
 
-    def __init__(self, cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> None:
+    def __init__(
+        self, cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False
+    ) -> None:
         self.module = credit_registry.get(cfg.credit)  # unknown names list the known ones
         cfg = resolve(cfg)  # what the run leaves to its module: the actor loss (pact: DIS)
         self.cfg, self.out = cfg, Path(out)
         self.credit_cfg = self.module.make_config(cfg.credit_kwargs)
+        if self.module.group_relative and cfg.group_size < 2:
+            raise ValueError(
+                f"credit module {cfg.credit!r} centres each advantage on its group, so a group of "
+                f"{cfg.group_size} gives every response an advantage of 0 and nothing is learned: "
+                "pass --group-size 2 or more"
+            )
+        # before anything is loaded: a folder holding another run, or other settings on resume, is refused
+        changed = run_folder.prepare(self.out, cfg, resume=resume, overwrite=overwrite)
         # Several processes (one per GPU): each samples its own prompts; DDP averages the actor's gradients.
         self.accelerator = _accelerator(cfg)
         self.rank = self.accelerator.process_index if self.accelerator is not None else 0
@@ -107,11 +118,11 @@ class Trainer:
         )  # what the step's one shared no-grad behaviour pass must return
         self.step = 0
         self.samples: list[dict[str, Any]] = []  # a few responses of the last step with their credit
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.log = MetricsLog(self.out)
-        if resume:
-            self._resume()
-        (self.out / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=dict) + "\n")
+        with run_folder.writing(self.out):
+            self.log = MetricsLog(self.out)
+            if resume:
+                self._resume()
+        run_folder.record_start(self.out, self.cfg, self.step, changed)
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -125,7 +136,8 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> Path:
-        return save_checkpoint(self.out / "checkpoints", self.step, self._state())
+        with run_folder.writing(self.out):
+            return save_checkpoint(self.out / "checkpoints", self.step, self._state())
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.out / "checkpoints")
@@ -195,6 +207,7 @@ class Trainer:
             "step": float(self.step + 1),
             "rollout/reward": float(np.mean(rewards)) if kept else float("nan"),
             "rollout/accuracy": float(np.mean([r >= 1.0 for r in rewards])) if kept else float("nan"),
+            "rollout/reward_spread": float(np.ptp(rewards)) if kept else float("nan"),
             "rollout/response_tokens": stats.policy_tokens / max(len(episodes), 1),
             "rollout/truncated": truncated_share(kept),
             "rollout/infra_errors_dropped": float(len(episodes) - len(kept)),
@@ -308,11 +321,20 @@ class Trainer:
         cfg, log = self.cfg, self.log
         evaluate = lambda: evaluate_policy(self.policy, self.eval_env, cfg.eval_episodes, self.eval_seed)  # noqa: E731
         if self.step == 0 and self.is_main:
-            log.log({"step": 0.0, **evaluate(), **self._probe()})
+            try:  # the first Ctrl-C / SIGTERM of the step-0 evaluation stops the run: nothing is trained yet
+                with RaiseOnSignals():
+                    first = {"step": 0.0, **evaluate(), **self._probe()}
+            except KeyboardInterrupt as e:
+                raise KeyboardInterrupt(
+                    f"stopped by {e or 'SIGINT'} during the step-0 held-out evaluation, before any training; "
+                    "start again with --overwrite"
+                ) from None
+            with run_folder.writing(self.out):
+                log.log(first)
         stop = GracefulStop(
             "[creditgym] signal {signum}: finishing this step, then checkpointing (again to abort now)"
         )
-        warned_cut = False
+        warned_cut = warned_equal = False
         with RunProgress(total=cfg.steps, start=self.step) as progress, stop:
             try:
                 while self.step < cfg.steps and not stop.requested:
@@ -323,11 +345,15 @@ class Trainer:
                     if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
                         metrics.update(evaluate())
                     metrics.update(self._probe())  # {} unless cfg.probe_every divides the step
-                    log.log(metrics)
+                    with run_folder.writing(self.out):
+                        log.log(metrics)
                     progress.update(self.step, metrics)
                     if not warned_cut and (note := budget_note(metrics, cfg.max_new_tokens)):
                         print(f"[creditgym] step {self.step}: {note}", flush=True)
                         warned_cut = True  # once a run: the metric carries it from then on
+                    if not warned_equal and (note := equal_rewards_note(metrics)):
+                        print(f"[creditgym] step {self.step}: {note}", flush=True)
+                        warned_equal = True  # once a run: rollout/reward_spread carries it from then on
                     if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps or stop.requested:
                         self.save_checkpoint()
             finally:
@@ -337,16 +363,17 @@ class Trainer:
         in_sync = self._params_in_sync()
         if not self.is_main:
             return {"is_main": False}
-        final = self.policy.save(self.out / "final")
-        for provider in self.providers.values():
-            provider.save(final)
         summary = self._summary()
         if self.accelerator is not None:
             summary.update({"processes": self.accelerator.num_processes, "params_in_sync": in_sync})
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        curves_png(log.history, self.out / "curves.png", title=f"{cfg.credit} on {cfg.env_id}")
-        credit_html(self.samples, self.out / "credit.html", title=f"{cfg.credit}: per-token advantages")
-        credit_png(self.samples, self.out / "credit.png", title=f"{cfg.credit}: per-token advantages")
+        with run_folder.writing(self.out):
+            final = self.policy.save(self.out / "final")
+            for provider in self.providers.values():
+                provider.save(final)
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            curves_png(log.history, self.out / "curves.png", title=f"{cfg.credit} on {cfg.env_id}")
+            credit_html(self.samples, self.out / "credit.html", title=f"{cfg.credit}: per-token advantages")
+            credit_png(self.samples, self.out / "credit.png", title=f"{cfg.credit}: per-token advantages")
         return summary
 
     def _params_in_sync(self) -> bool:
@@ -387,6 +414,11 @@ def _float_tensors(state: Any) -> list[torch.Tensor]:
     return []
 
 
-def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> dict[str, Any]:
-    """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve)."""
-    return Trainer(cfg, out, resume=resume).run()
+def train(
+    cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve).
+
+    ``out`` must hold no run unless ``resume`` (continue it, with its settings) or ``overwrite`` (delete it
+    first): `creditgym.agents.train.run_folder`."""
+    return Trainer(cfg, out, resume=resume, overwrite=overwrite).run()
