@@ -29,7 +29,7 @@ from creditgym.envs.registration import (
 from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
 
-ENV_IDS = ("creditgym/Math-v0", "creditgym/Rubric-v0", "creditgym/SWEBench-v0")
+ENV_IDS = ("creditgym/Math-v0", "creditgym/Rubric-v0", "creditgym/SWEBench-v0", "creditgym/Planted-v0")
 
 if "creditgym/Math-v0" not in registry:
     register(id="creditgym/Math-v0", entry_point="creditgym.envs.math:MathEnv")
@@ -37,6 +37,8 @@ if "creditgym/Rubric-v0" not in registry:
     register(id="creditgym/Rubric-v0", entry_point="creditgym.envs.rubric:RubricEnv")
 if "creditgym/SWEBench-v0" not in registry:
     register(id="creditgym/SWEBench-v0", entry_point="creditgym.envs.swe:SWEEnv")
+if "creditgym/Planted-v0" not in registry:
+    register(id="creditgym/Planted-v0", entry_point="creditgym.envs.planted:PlantedEnv")
 
 
 def registered_ids() -> list[str]:
