@@ -4,8 +4,8 @@ A checkpoint is a folder ``step-000120/`` holding ``state.pt`` (model, optimizer
 step, config, metrics history) and ``manifest.json`` (the SHA-256 of every file). No RNG state is needed: the
 trainer seeds every draw of step ``k`` from ``(seed, k)``. It is written into a temporary folder and renamed into
 place, so a crash mid-write never leaves a half checkpoint under a real name; ``latest`` names the newest one.
-Loading checks the manifest and refuses a corrupted checkpoint, naming the file, without touching the others; the
-state is loaded with ``weights_only=True`` (a checkpoint is data: tensors and plain values, never code).
+Loading checks the manifest and refuses a corrupted checkpoint, naming the file, without touching the others
+(`resumable_checkpoint` then falls back to the newest intact one, saying which it skipped); the state is loaded with ``weights_only=True`` (a checkpoint is data: tensors and plain values, never code).
 """
 
 from __future__ import annotations
@@ -96,6 +96,29 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
             return candidate
     found = sorted(root.glob("step-*"))
     return found[-1] if found else None
+
+
+def resumable_checkpoint(root: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], list[str]]:
+    """The newest checkpoint under ``root`` that loads, its state, and why each newer one was skipped.
+
+    Raises:
+        FileNotFoundError: ``root`` holds no checkpoint.
+        CorruptCheckpointError: every checkpoint under ``root`` is corrupt (the newest one's reason is named).
+    """
+    root = Path(root)
+    newest = latest_checkpoint(root)
+    if newest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {root}")
+    older = sorted((p for p in root.glob("step-*") if p.is_dir() and p != newest), reverse=True)
+    skipped: list[str] = []
+    for path in (newest, *older):
+        try:
+            return path, load_checkpoint(path), skipped
+        except CorruptCheckpointError as e:
+            skipped.append(str(e))
+    if len(skipped) == 1:
+        raise CorruptCheckpointError(skipped[0])
+    raise CorruptCheckpointError(f"{skipped[0]}; and no older intact checkpoint under {root}")
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:

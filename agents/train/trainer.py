@@ -37,7 +37,7 @@ from creditgym.agents.providers import (
     sequence_logprobs,
 )
 from creditgym.agents.train import run_folder
-from creditgym.agents.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from creditgym.agents.train.checkpoint import resumable_checkpoint, save_checkpoint
 from creditgym.agents.train.config import TrainConfig, resolve
 from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
 from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
@@ -140,10 +140,10 @@ class Trainer:
             return save_checkpoint(self.out / "checkpoints", self.step, self._state())
 
     def _resume(self) -> None:
-        path = latest_checkpoint(self.out / "checkpoints")
-        if path is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-        state = load_checkpoint(path)  # refuses a corrupted checkpoint, naming the file
+        # the newest intact checkpoint: a corrupt newer one is named and skipped, never deleted
+        path, state, skipped = resumable_checkpoint(self.out / "checkpoints")
+        for reason in skipped:
+            print(f"[creditgym] skipped a corrupt checkpoint: {reason}", flush=True)
         self.policy.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for name, provider in self.providers.items():

@@ -111,23 +111,49 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path: Path, cr
     assert _metrics(killed) == _metrics(full)  # bit-for-bit: every logged number of every step
 
 
-def test_corrupted_checkpoint_is_refused_and_named(tmp_path: Path) -> None:
-    assert subprocess.run(_train_cmd(tmp_path), capture_output=True, timeout=600).returncode == 0
-    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+def _corrupt(ckpt: Path) -> tuple[Path, bytes]:
+    """Flip one byte in the middle of ``ckpt``'s state; returns the file and its corrupted bytes."""
     state = ckpt / "state.pt"
     data = bytearray(state.read_bytes())
     data[len(data) // 2] ^= 0xFF
     state.write_bytes(bytes(data))
+    return state, bytes(data)
+
+
+def test_a_corrupt_newest_checkpoint_is_named_and_the_newest_intact_one_resumed(tmp_path: Path) -> None:
+    assert subprocess.run(_train_cmd(tmp_path), capture_output=True, timeout=600).returncode == 0
+    root = tmp_path / "checkpoints"
+    newest = latest_checkpoint(root)
+    assert newest is not None and newest.name == "step-000004"
+    state, _ = _corrupt(newest)
     with pytest.raises(CorruptCheckpointError, match=str(state)):
-        load_checkpoint(ckpt)
+        load_checkpoint(newest)
     res = subprocess.run(
         _train_cmd(tmp_path, "--resume", "--steps", "6"), capture_output=True, text=True, timeout=600
     )
-    assert res.returncode != 0 and "state.pt" in res.stderr and "SHA-256" in res.stderr
-    assert "Traceback" not in res.stderr and res.stderr.strip().splitlines() == [
-        f"creditgym train: checkpoint {ckpt}: {state} does not match its SHA-256 in {ckpt / 'manifest.json'}"
-    ]  # one line, the file named
-    assert state.read_bytes() == bytes(data)  # untouched: nothing overwrote it
+    assert res.returncode == 0, res.stderr
+    skipped = (
+        f"[creditgym] skipped a corrupt checkpoint: checkpoint {newest}: {state} does not match its SHA-256 "
+        f"in {newest / 'manifest.json'}"
+    )
+    assert skipped in res.stdout.splitlines()
+    assert f"resumed from {root / 'step-000002'} at step 2" in res.stdout
+    steps = [int(row["step"]) for row in _metrics(tmp_path)]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]  # steps 3-4 retrained from step 2, each logged once
+    assert latest_checkpoint(root) == root / "step-000006"
+
+    # every checkpoint corrupt: refused in one line naming the newest's file, nothing overwritten
+    corrupted = [_corrupt(ckpt) for ckpt in (root / "step-000004", root / "step-000006")]
+    res = subprocess.run(
+        _train_cmd(tmp_path, "--resume", "--steps", "8"), capture_output=True, text=True, timeout=600
+    )
+    state6 = root / "step-000006" / "state.pt"
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"creditgym train: checkpoint {root / 'step-000006'}: {state6} does not match its SHA-256 in "
+        f"{root / 'step-000006' / 'manifest.json'}; and no older intact checkpoint under {root}"
+    ]
+    assert all(path.read_bytes() == data for path, data in corrupted)  # untouched: nothing overwrote them
 
 
 def test_a_checkpoint_is_data_never_code(tmp_path: Path) -> None:
