@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import operator
 import os
 import time
@@ -39,9 +38,10 @@ from creditgym.agents.providers import (
 from creditgym.agents.train import run_folder
 from creditgym.agents.train.checkpoint import resumable_checkpoint, save_checkpoint
 from creditgym.agents.train.config import TrainConfig, resolve
+from creditgym.agents.train.finish import float_tensors, run_summary, write_outputs
 from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
 from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
-from creditgym.agents.train.plots import credit_html, credit_png, credit_samples, curves_png
+from creditgym.agents.train.plots import credit_samples
 from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note, equal_rewards_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
@@ -363,17 +363,10 @@ class Trainer:
         in_sync = self._params_in_sync()
         if not self.is_main:
             return {"is_main": False}
-        summary = self._summary()
+        summary = run_summary(cfg, self.log.history, self.step, self.out)
         if self.accelerator is not None:
             summary.update({"processes": self.accelerator.num_processes, "params_in_sync": in_sync})
-        with run_folder.writing(self.out):
-            final = self.policy.save(self.out / "final")
-            for provider in self.providers.values():
-                provider.save(final)
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            curves_png(log.history, self.out / "curves.png", title=f"{cfg.credit} on {cfg.env_id}")
-            credit_html(self.samples, self.out / "credit.html", title=f"{cfg.credit}: per-token advantages")
-            credit_png(self.samples, self.out / "credit.png", title=f"{cfg.credit}: per-token advantages")
+        write_outputs(self.out, cfg, self.policy, self.providers, summary, log.history, self.samples)
         return summary
 
     def _params_in_sync(self) -> bool:
@@ -382,36 +375,10 @@ class Trainer:
             return True
         tensors = [p.detach() for p in self.policy.model.parameters()]
         for provider in self.providers.values():
-            tensors += _float_tensors(provider.state_dict())
+            tensors += float_tensors(provider.state_dict())
         checksum = torch.stack([t.double().sum() for t in tensors]).sum()
         gathered = self.accelerator.gather(checksum.reshape(1))
         return bool(torch.all(gathered == gathered[0]))
-
-    def _summary(self) -> dict[str, Any]:
-        evals = [
-            (m["step"], m["eval/accuracy"]) for m in self.log.history if m.get("eval/accuracy") is not None
-        ]
-        return {
-            "env_id": self.cfg.env_id,
-            "credit": self.cfg.credit,
-            "steps": self.step,
-            "seed": self.cfg.seed,
-            "eval_before": evals[0][1] if evals else None,
-            "eval_after": evals[-1][1] if evals else None,
-            "eval_curve": evals,
-            "out": str(self.out),
-        }
-
-
-def _float_tensors(state: Any) -> list[torch.Tensor]:
-    """Every floating-point tensor inside a (nested) state dict."""
-    if isinstance(state, torch.Tensor):
-        return [state.detach()] if state.is_floating_point() else []
-    if isinstance(state, dict):
-        return [t for v in state.values() for t in _float_tensors(v)]
-    if isinstance(state, (list, tuple)):
-        return [t for v in state for t in _float_tensors(v)]
-    return []
 
 
 def train(

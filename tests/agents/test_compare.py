@@ -177,9 +177,10 @@ def test_every_train_flag_reaches_the_runs() -> None:
     compare_flags = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["compare"]._actions}
     assert train_flags - compare_flags == {
         "credit_kw",
+        "overwrite",
         "resume",
         "seed",
-    }  # --credit: the entries; --out: both
+    }  # --credit: the entries; --out: both; --overwrite: a run folder's, a study resumes its runs
 
 
 OLD_CONFIG = {

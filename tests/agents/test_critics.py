@@ -24,6 +24,7 @@ from creditgym.agents.providers.critics import (
 )
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.policy import Policy, bundled_model_path, load_policy
+from creditgym.agents.train.run_folder import RunFolderError
 from creditgym.agents.train.trainer import Trainer
 from creditgym.credit import CompPOConfig
 from creditgym.credit.compo import comp_gae_advantages, compo_gate
@@ -249,13 +250,17 @@ def test_tac_state_is_checkpointed_resumed_and_saved(tmp_path: Path) -> None:
     with safe_open(str(tmp_path / "final" / VALUE_HEAD_FILE), framework="pt") as f:
         meta = f.metadata()
     assert meta["critic"] == "tac" and meta["layers"] == "-2,-1" and meta["hidden_size"] == str(2 * 128 + 5)
-    # a checkpoint of the TAC does not load into the standard critic: the error says which to choose
-    with pytest.raises(ValueError, match=r"checkpoint's critic is 'tac' but this run's is 'standard'"):
+    # resuming the TAC's run with the standard critic is refused before anything loads, naming the flag
+    with pytest.raises(RunFolderError, match=r'--credit-kw: run has \{\}, given \{"critic": "standard"\}'):
         Trainer(
             TrainConfig(**{**SMALL, "credit": "compo", "credit_kwargs": {"critic": "standard"}}),
             tmp_path,
             resume=True,
         )
+    # and a TAC checkpoint's state does not load into the standard critic: the error says which to choose
+    standard = _providers(trainer.policy, critic="standard")["values"]
+    with pytest.raises(ValueError, match=r"checkpoint's critic is 'tac' but this run's is 'standard'"):
+        standard.load_state_dict(provider.state_dict())
 
 
 def test_a_checkpoint_from_before_tac_loads_into_the_standard_critic(tiny: Policy) -> None:
