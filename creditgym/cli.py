@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import json
 import platform
 import sys
 from collections.abc import Sequence
 
 from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
+from creditgym.agents.train.flags import json_or_str
 from creditgym.agents.train.flags import train_flag as _flag
 
 
@@ -200,10 +200,7 @@ def _key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, object]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise SystemExit(f"{flag} expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = json_or_str(raw)
     return out
 
 
@@ -251,12 +248,14 @@ def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) ->
 def _cmd_train(args: argparse.Namespace) -> int:
     from creditgym.agents.train.checkpoint import CorruptCheckpointError
     from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.config_file import load_config_file
     from creditgym.agents.train.run_folder import RunFolderError, resume_settings
     from creditgym.agents.train.trainer import TrainingDiverged, train
 
     refused = (ValueError, TypeError, KeyError, FileNotFoundError, TrainingDiverged, CorruptCheckpointError)
     try:  # the model's defaults (smollm2-135m: its lr); on --resume, a flag left out keeps the run's value
-        cfg = TrainConfig.for_model(**resume_settings(args.out, train_overrides(args), args.resume))
+        given = {**(load_config_file(args.config) if args.config else {}), **train_overrides(args)}
+        cfg = TrainConfig.for_model(**resume_settings(args.out, given, args.resume))
         summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
     except (RunFolderError, KeyboardInterrupt) as e:  # a folder refused or unwritable: 2; a stop signal: 130
         print(f"creditgym train: {e or 'interrupted'}", file=sys.stderr)
@@ -493,12 +492,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     fields = TrainConfig.__dataclass_fields__
     tr = sub.add_parser("train", help="train a policy with a credit module on an env")
-    tr.add_argument(
-        "--env",
-        default=fields["env_id"].default,
-        help="env id: registered, or module:EnvId to import the module that registers it (default: %(default)s)",
+    tr.add_argument(  # no default: the --config file's, else TrainConfig's
+        "--env", help=f"env id: registered, or module:EnvId (default: {fields['env_id'].default})"
     )
     tr.add_argument("--out", required=True, help="run folder (metrics, checkpoints, final model, plots)")
+    tr.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TrainConfig fields from a TOML or JSON file (a run's config.json is one); flags override it",
+    )
     add_train_flags(tr)
     tr.add_argument(
         "--env-kw", action="append", metavar="KEY=VALUE", help="env constructor kwarg (JSON value)"
