@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import json
 import platform
 import sys
 from collections.abc import Sequence
 
 from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
+from creditgym.agents.train.flags import json_or_str
 from creditgym.agents.train.flags import train_flag as _flag
 
 
@@ -200,10 +200,7 @@ def _key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, object]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise SystemExit(f"{flag} expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = json_or_str(raw)
     return out
 
 
