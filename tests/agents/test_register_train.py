@@ -189,7 +189,16 @@ def test_a_loss_registered_outside_the_package_drives_the_update(
     assert any(moved)  # the NLL term has a gradient on every row, whatever the advantages
 
 
-def test_an_unknown_loss_on_the_command_line_names_the_known_ones(tmp_path: Path) -> None:
+def test_the_command_line_takes_a_loss_as_module_colon_name(tmp_path: Path) -> None:
+    (tmp_path / "outside_losses.py").write_text(OUTSIDE_LOSS)
+    out = tmp_path / "run"
+    res = _cli(
+        f"train --loss outside_losses:ppo_plus_nll --out {out} {SMALL}", pythonpath=tmp_path, cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_run(out)
+    assert json.loads((out / "config.json").read_text())["loss"] == "outside_losses:ppo_plus_nll"
+    assert "actor/nll" in json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     res = _cli(f"train --loss sgd --out {tmp_path / 'r'} {SMALL}", pythonpath=EXAMPLES, cwd=tmp_path)
     assert res.returncode != 0 and "unknown actor loss 'sgd'; known losses: ['dis', 'ppo']" in res.stderr
     assert "Traceback" not in res.stderr
