@@ -427,14 +427,15 @@ def register(
             ("layers",)}``), or to a `ProvidedBy` naming another provider.
         critic: True when the module's advantages come from a critic fitted on its ``returns`` (such a module
             declares the ``values`` signal; its provider fits the critic after the actor update).
-        actor_loss: the name of the policy loss of the module's method (creditgym's trainer knows ``"ppo"``, the
-            clipped surrogate, and ``"dis"``, PACT's decoupled importance sampling), used by a run that names none.
+        actor_loss: the registered name (or ``module:name``) of the policy loss of the module's method, used by a
+            run that names none: ``"ppo"``, the clipped surrogate, ``"dis"``, PACT's decoupled importance
+            sampling, or one of ``creditgym.agents.train.loss.register_loss``'s (checked when a run resolves it).
         group_relative: True when the advantage is centred on the group (GRPO, RLOO and the modules built on
             them): a response alone in its group gets 0, so a trainer refuses a group size of 1.
 
     Raises:
         ValueError: duplicate name, name not an identifier, unknown signal, a signal parameter that is not a
-            config field, a critic without ``values``, or an actor loss that is not an identifier.
+            config field, a critic without ``values``, or an actor loss that is not a name or ``module:name``.
     """
     if not name.isidentifier():
         raise ValueError(f"credit module name must be a Python identifier like 'grpo', got {name!r}")
@@ -446,7 +447,7 @@ def register(
         )
     if critic and "values" not in provided_by:
         raise ValueError(f"credit module {name!r} trains a critic, so it must declare the 'values' signal")
-    if not isinstance(actor_loss, str) or not actor_loss.isidentifier():
+    if not isinstance(actor_loss, str) or not actor_loss.rpartition(":")[2].isidentifier():
         raise ValueError(
             f"credit module {name!r}: actor_loss must name a policy loss like 'ppo' or 'dis', got {actor_loss!r}"
         )

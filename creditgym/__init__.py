@@ -2,8 +2,4 @@
 
 __version__ = "0.1.0"
 
-from creditgym import _moved
-
-_moved.install()  # old module paths (creditgym.agents.trainer, ...) keep working
-
-import creditgym.envs  # noqa: E402,F401  (registers the creditgym/ env ids)
+import creditgym.envs  # noqa: F401  (registers the creditgym/ env ids)

@@ -18,7 +18,6 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3")
-LOSSES: tuple[str, ...] = ("ppo", "dis")
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,10 @@ class TrainConfig:
         minibatches: Minibatches per epoch (``epochs * minibatches`` optimizer updates per step).
         clip_low: The surrogate clips the ratio below at ``1 - clip_low``.
         clip_high: The surrogate clips the ratio above at ``1 + clip_high``.
-        loss: Actor loss: ``ppo`` (the clipped surrogate, ``clip_low``/``clip_high``) or ``dis`` (PACT's math
-            update: decoupled importance sampling, the stop-gradient ratio masked outside [0.7, 6.0];
-            `creditgym.agents.train.loss.dis_loss`); None: the credit module's own (``dis`` for pact, ``ppo`` for
-            the others).
+        loss: Actor loss, a registered name (`creditgym.agents.train.loss.register_loss`) or ``module:name``
+            (the module is imported first): ``ppo`` (the clipped surrogate, ``clip_low``/``clip_high``) or ``dis``
+            (PACT's math update: decoupled importance sampling, the stop-gradient ratio masked outside [0.7,
+            6.0]); None: the credit module's own (``dis`` for pact, ``ppo`` for the others).
         loss_agg: Loss aggregation: ``token-mean``, ``seq-mean-token-mean`` or ``seq-mean-token-sum``.
         kl_coef: Weight of the KL penalty to a frozen copy of the initial model (0 = no reference model).
         kl_kind: KL estimator: ``k1``, ``k2`` or ``k3``.
@@ -147,8 +146,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.backend must be 'hf' or 'vllm', got {self.backend!r}")
         if self.loss_agg not in AGG_MODES:
             raise ValueError(f"TrainConfig.loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
-        if self.loss is not None and self.loss not in LOSSES:
-            raise ValueError(f"TrainConfig.loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.loss is not None and not (
+            isinstance(self.loss, str) and self.loss.rpartition(":")[2].isidentifier()
+        ):
+            raise ValueError(
+                f"TrainConfig.loss must be an actor loss name like 'ppo', 'module:name' or None, got {self.loss!r}"
+            )
         if self.kl_kind not in KL_KINDS:
             raise ValueError(f"TrainConfig.kl_kind must be one of {KL_KINDS}, got {self.kl_kind!r}")
         if not (self.lr > 0 and self.critic_lr > 0 and self.max_grad_norm > 0):
@@ -168,18 +171,23 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     (``creditgym.credit.get(cfg.credit).actor_loss``). The trainer runs, and records, the resolved config.
 
     Raises:
-        ValueError: an unknown module (the known ones listed), or one whose actor loss is not in `LOSSES`.
+        ValueError: an unknown module (the known ones listed), or an actor loss nobody registered (the run's or
+            the module's; the known ones listed).
     """
-    if cfg.loss is not None:
-        return cfg
-    from creditgym.credit import get  # imports torch: only when a run is resolved, not with this module
+    # both import torch: only when a run is resolved, not with this module
+    from creditgym.agents.train.loss import get_loss
+    from creditgym.credit import get
 
+    if cfg.loss is not None:
+        get_loss(cfg.loss)
+        return cfg
     loss = get(cfg.credit).actor_loss
-    if loss not in LOSSES:
+    try:
+        get_loss(loss)
+    except ValueError as e:
         raise ValueError(
-            f"credit module {cfg.credit!r} names the actor loss {loss!r}, which the trainer does not have "
-            f"({list(LOSSES)}); pass --loss"
-        )
+            f"credit module {cfg.credit!r} names the actor loss {loss!r}: {e}; pass --loss"
+        ) from e
     return dataclasses.replace(cfg, loss=loss)
 
 

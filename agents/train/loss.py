@@ -1,5 +1,6 @@
-"""Losses of the learner: the policy losses (PPO's clipped surrogate, PACT's DIS), loss aggregation, KL
-estimators, critic loss. `actor_loss` picks the policy loss of a run (``TrainConfig.loss``, ``--loss ppo|dis``).
+"""Losses of the learner: the policy losses (PPO's clipped surrogate, PACT's DIS) and their registry, loss
+aggregation, KL estimators, critic loss. `actor_loss` runs the policy loss a run names (``TrainConfig.loss``,
+``--loss NAME``, or ``--loss mypkg.losses:name`` for one registered outside creditgym, see `register_loss`).
 
 Pure tensor functions. Shapes: B rows, T token positions; ``mask`` (B, T) bool marks the policy tokens (the
 same ``policy_mask`` the credit modules saw). Values at masked positions never reach the loss or the gradient,
@@ -8,22 +9,32 @@ even when they are inf or NaN (masked entries are replaced *before* any exp, not
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from creditgym.agents.train.config import AGG_MODES, KL_KINDS, LOSSES, TrainConfig
+from creditgym.agents.train.config import AGG_MODES, KL_KINDS, TrainConfig
+from creditgym.credit.base import load_registered
 
 __all__ = [
     "AGG_MODES",
     "DIS_RANGE",
     "KL_KINDS",
-    "LOSSES",
+    "LOSS_ENTRY_POINT_GROUP",
+    "ActorLoss",
+    "ActorLossFn",
     "actor_loss",
     "aggregate",
+    "available_losses",
     "dis_loss",
+    "get_loss",
     "kl_penalty",
     "policy_loss",
+    "register_loss",
     "value_loss",
 ]
 
@@ -189,15 +200,110 @@ def dis_loss(
     return loss, metrics
 
 
+#: Installed packages add actor losses under this entry-point group (loaded when an unknown name is asked for).
+LOSS_ENTRY_POINT_GROUP = "creditgym.losses"
+
+
+class ActorLossFn(Protocol):
+    """A policy loss: ``fn(logprobs, old_logprobs, advantages, mask, cfg) -> (loss, metrics)``.
+
+    Args:
+        logprobs: (B, T) current-policy log-probs of the sampled tokens (requires grad).
+        old_logprobs: (B, T) behaviour-policy log-probs (detach them).
+        advantages: (B, T) from the credit module, 0 off the mask (detach them).
+        mask: (B, T) bool, the policy tokens.
+        cfg: the run's resolved `TrainConfig`: the loss reads its own knobs there (``loss_agg``, ``clip_low``...).
+
+    Returns:
+        loss: () scalar to minimise, aggregated over ``mask`` (`aggregate` with ``cfg.loss_agg``).
+        metrics: ``actor/*`` floats, logged by the trainer (``actor/pg_loss`` at least).
+    """
+
+    def __call__(
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig, /
+    ) -> tuple[Tensor, dict[str, float]]: ...
+
+
+@dataclass(frozen=True)
+class ActorLoss:
+    """A registry entry: the loss function and what the update may assume of it.
+
+    ``proportional_to_advantage``: each token's term is proportional to its advantage, so a row whose advantage
+    is 0 at every policy token adds nothing to the gradient and the update runs it without an autograd graph
+    (`creditgym.agents.train.update`). A loss with any other term (a behaviour-cloning term, a length penalty)
+    registers False, and every row keeps its graph.
+    """
+
+    name: str
+    fn: ActorLossFn
+    proportional_to_advantage: bool = True
+
+    def __call__(
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig
+    ) -> tuple[Tensor, dict[str, float]]:
+        return self.fn(logprobs, old_logprobs, advantages, mask, cfg)
+
+
+_LOSSES: dict[str, ActorLoss] = {}
+
+
+def register_loss(
+    name: str, *, proportional_to_advantage: bool = True
+) -> Callable[[ActorLossFn], ActorLossFn]:
+    """Decorator: registers a policy loss (the `ActorLossFn` signature) under ``name``, the value of ``--loss``.
+
+    Args:
+        name: the registry key, a Python identifier (``"ppo"``).
+        proportional_to_advantage: see `ActorLoss`; False for a loss with a term that is not.
+
+    Raises:
+        ValueError: a name that is not an identifier, or one already registered.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"actor loss name must be a Python identifier like 'ppo', got {name!r}")
+
+    def deco(fn: ActorLossFn) -> ActorLossFn:
+        if name in _LOSSES:
+            raise ValueError(f"actor loss {name!r} is already registered ({_LOSSES[name].fn!r})")
+        _LOSSES[name] = ActorLoss(name, fn, proportional_to_advantage)
+        return fn
+
+    return deco
+
+
+def get_loss(name: str | None) -> ActorLoss:
+    """The loss registered as ``name`` (``"mypkg.losses:mine"`` imports ``mypkg.losses`` first; an unknown name
+    loads the ``creditgym.losses`` entry points).
+
+    Raises:
+        ValueError: an unknown name (the known ones listed), or a ``module:name`` whose module fails to import
+            or registers no such loss.
+    """
+    if name is not None:
+        key = load_registered(name, _LOSSES, group=LOSS_ENTRY_POINT_GROUP, kind="actor loss")
+        if key in _LOSSES:
+            return _LOSSES[key]
+    hint = " (a config's None is the credit module's: `resolve` fills it in)" if name is None else ""
+    raise ValueError(f"unknown actor loss {name!r}{hint}; known losses: {available_losses()}")
+
+
+def available_losses() -> list[str]:
+    """Sorted names of the registered actor losses."""
+    return sorted(_LOSSES)
+
+
 def actor_loss(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig
 ) -> tuple[Tensor, dict[str, float]]:
-    """The run's policy loss, ``cfg.loss``: `policy_loss` (``ppo``, with ``cfg.clip_low``/``cfg.clip_high``) or
-    `dis_loss` (``dis``, range `DIS_RANGE`), aggregated with ``cfg.loss_agg``."""
-    if cfg.loss not in LOSSES:
-        raise ValueError(f"unknown actor loss {cfg.loss!r}; expected one of {list(LOSSES)}")
-    if cfg.loss == "dis":
-        return dis_loss(logprobs, old_logprobs, advantages, mask, agg=cfg.loss_agg)
+    """The run's policy loss: the one registered as ``cfg.loss`` (`get_loss`), with the `ActorLossFn` shapes."""
+    return get_loss(cfg.loss)(logprobs, old_logprobs, advantages, mask, cfg)
+
+
+@register_loss("ppo")
+def _ppo(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """``ppo``: `policy_loss` with the run's ``clip_low``, ``clip_high`` and ``loss_agg``."""
     return policy_loss(
         logprobs,
         old_logprobs,
@@ -207,6 +313,14 @@ def actor_loss(
         clip_high=cfg.clip_high,
         agg=cfg.loss_agg,
     )
+
+
+@register_loss("dis")
+def _dis(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """``dis``: `dis_loss` with PACT's range `DIS_RANGE` and the run's ``loss_agg``."""
+    return dis_loss(logprobs, old_logprobs, advantages, mask, agg=cfg.loss_agg)
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kind: str = "k3") -> Tensor:

@@ -40,7 +40,7 @@ from creditgym.agents.train.checkpoint import resumable_checkpoint, save_checkpo
 from creditgym.agents.train.config import TrainConfig, resolve
 from creditgym.agents.train.finish import float_tensors, run_summary, write_outputs
 from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
-from creditgym.agents.train.loss import actor_loss, aggregate, kl_penalty
+from creditgym.agents.train.loss import aggregate, get_loss, kl_penalty
 from creditgym.agents.train.plots import credit_samples
 from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note, equal_rewards_note
@@ -75,7 +75,7 @@ class Trainer:
     ) -> None:
         self.module = credit_registry.get(cfg.credit)  # unknown names list the known ones
         cfg = resolve(cfg)  # what the run leaves to its module: the actor loss (pact: DIS)
-        self.cfg, self.out = cfg, Path(out)
+        self.cfg, self.out, self.actor_loss = cfg, Path(out), get_loss(cfg.loss)
         self.credit_cfg = self.module.make_config(cfg.credit_kwargs)
         if self.module.group_relative and cfg.group_size < 2:
             raise ValueError(
@@ -243,6 +243,7 @@ class Trainer:
         )
         ref_lp = sequence_logprobs(self.reference, ids, att) if self.reference is not None else None
         order = torch.from_numpy(rng.permutation(ids.shape[0]))
+        graph = not self.actor_loss.proportional_to_advantage or cfg.entropy_coef != 0 or ref_lp is not None
         accum: dict[str, list[float]] = {}
         for _ in range(cfg.epochs):
             for rows in torch.tensor_split(order, min(cfg.minibatches, ids.shape[0])):
@@ -256,9 +257,9 @@ class Trainer:
                     advantages[rows],
                     module=self.train_module,
                     entropy_grad=cfg.entropy_coef != 0,  # otherwise the entropy is only logged
-                    graph_for_all=cfg.entropy_coef != 0 or ref_lp is not None or self.accelerator is not None,
+                    graph_for_all=graph or self.accelerator is not None,
                 )
-                loss, metrics = actor_loss(fwd.logprobs, old_lp[rows], advantages[rows], m, cfg)
+                loss, metrics = self.actor_loss(fwd.logprobs, old_lp[rows], advantages[rows], m, cfg)
                 metrics["actor/zero_advantage_rows"] = (
                     1.0 - rows_with_gradient(advantages[rows], m).float().mean().item()
                 )

@@ -1,11 +1,12 @@
 """The update's teacher-forced pass, with no autograd graph for rows whose gradient is exactly zero.
 
-Both policy losses (PPO's clipped surrogate and DIS, `creditgym.agents.train.loss`) are a sum over tokens of a
-term proportional to the token's advantage, so a row whose advantage is 0 at every policy token (a GRPO group
-whose responses all scored the same) adds exactly nothing to the gradient, however its log-probs move. Unless
-an entropy bonus or a KL penalty reads its log-probs with a gradient, such a row runs forward without a graph:
-its log-probs and entropies are still computed, so the loss value and every logged metric are those of one pass
-over the batch, and the backward pass runs over the other rows only.
+The policy losses (PPO's clipped surrogate, DIS, and any registered with ``proportional_to_advantage``,
+`creditgym.agents.train.loss.ActorLoss`) are a sum over tokens of a term proportional to the token's advantage,
+so a row whose advantage is 0 at every policy token (a GRPO group whose responses all scored the same) adds
+exactly nothing to the gradient, however its log-probs move. Unless an entropy bonus, a KL penalty or a loss
+registered otherwise reads its log-probs with a gradient, such a row runs forward without a graph: its log-probs
+and entropies are still computed, so the loss value and every logged metric are those of one pass over the
+batch, and the backward pass runs over the other rows only.
 
 Shapes: ``b`` rows of a minibatch, ``T`` tokens.
 """

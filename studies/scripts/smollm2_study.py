@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from design import PilotRuns, emit, read_pilot  # studies/scripts/design.py, beside this script
+
+from creditgym.agents.study.results import upgrade_results
+from creditgym.agents.study.stats import Pilot
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "studies" / "scripts"))
-
-from design import PilotRuns, emit, read_pilot  # noqa: E402
-
-from creditgym.agents.study.results import upgrade_results  # noqa: E402
-from creditgym.agents.study.stats import Pilot  # noqa: E402
 
 BUDGET_S = 9000.0  # budget.md: 2.5 run-hours, the pilot included
 EVAL_EPISODES = 64

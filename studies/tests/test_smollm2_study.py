@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "studies" / "results" / "smollm2-study"
 
+if str(ROOT / "studies" / "scripts") not in sys.path:  # as when it runs as a script: design.py beside it
+    sys.path.append(str(ROOT / "studies" / "scripts"))
 spec = importlib.util.spec_from_file_location(
     "smollm2_study", ROOT / "studies" / "scripts" / "smollm2_study.py"
 )

@@ -1,4 +1,5 @@
-"""Loss functions: aggregation modes, asymmetric clipping, DIS, gradients, KL estimators, value loss (hand cases)."""
+"""Loss functions: aggregation modes, asymmetric clipping, DIS, gradients, KL estimators, value loss (hand cases);
+the actor-loss registry."""
 
 from __future__ import annotations
 
@@ -6,16 +7,21 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 
-from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train import loss as loss_module
+from creditgym.agents.train.config import TrainConfig, resolve
 from creditgym.agents.train.loss import (
     AGG_MODES,
     DIS_RANGE,
     actor_loss,
     aggregate,
+    available_losses,
     dis_loss,
+    get_loss,
     kl_penalty,
     policy_loss,
+    register_loss,
     value_loss,
 )
 
@@ -194,8 +200,47 @@ def test_actor_loss_follows_the_config() -> None:
     assert TrainConfig().loss is None  # the credit module's own: the trainer resolves it (pact: dis)
     with pytest.raises(ValueError, match=r"unknown actor loss None"):
         actor_loss(logprobs, old, A, mask, TrainConfig())
-    with pytest.raises(ValueError, match=r"TrainConfig\.loss must be one of"):
-        TrainConfig(loss="grpo")
+    with pytest.raises(ValueError, match=r"unknown actor loss 'grpo'; known losses: \['dis', 'ppo'\]"):
+        resolve(TrainConfig(loss="grpo"))
+    with pytest.raises(ValueError, match=r"TrainConfig\.loss must be an actor loss name"):
+        TrainConfig(loss="no such loss")
+
+
+@pytest.fixture
+def scratch_losses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the loss registry for one test: what it registers is gone after it."""
+    monkeypatch.setattr(loss_module, "_LOSSES", dict(loss_module._LOSSES))
+
+
+def test_a_registered_loss_is_found_by_name_and_runs_with_the_shared_signature(scratch_losses: None) -> None:
+    logprobs, old, A, mask = dis_case()
+
+    @register_loss("half_ppo", proportional_to_advantage=True)
+    def half_ppo(
+        logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cfg: TrainConfig
+    ) -> tuple[Tensor, dict[str, float]]:
+        loss, metrics = policy_loss(logprobs, old_logprobs, advantages / 2, mask, agg=cfg.loss_agg)
+        return loss, {**metrics, "actor/half": 1.0}
+
+    assert "half_ppo" in available_losses() and get_loss("half_ppo").fn is half_ppo
+    assert resolve(TrainConfig(loss="half_ppo")).loss == "half_ppo"
+    got, metrics = actor_loss(logprobs, old, A, mask, TrainConfig(loss="half_ppo"))
+    want, _ = policy_loss(logprobs, old, A / 2, mask)
+    assert got.item() == want.item() and metrics["actor/half"] == 1.0
+
+
+def test_unknown_and_duplicate_losses_say_what_is_known(scratch_losses: None) -> None:
+    with pytest.raises(ValueError, match=r"unknown actor loss 'sgd'; known losses: \['dis', 'ppo'\]"):
+        get_loss("sgd")
+    with pytest.raises(ValueError, match=r"importing module 'no_such_module' failed.*ModuleNotFoundError"):
+        get_loss("no_such_module:sgd")
+    with pytest.raises(ValueError, match=r"module 'math' imported, but it registers no actor loss 'sgd'"):
+        get_loss("math:sgd")
+    with pytest.raises(ValueError, match=r"actor loss 'ppo' is already registered"):
+        register_loss("ppo")(lambda *args: (torch.zeros(()), {}))
+    with pytest.raises(ValueError, match=r"a Python identifier like 'ppo', got 'my loss'"):
+        register_loss("my loss")
+    assert available_losses() == ["dis", "ppo"]  # the failed registrations left nothing behind
 
 
 def test_kl_penalty_hand_values() -> None:

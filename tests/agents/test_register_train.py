@@ -1,5 +1,6 @@
 """Train what you register: the README's example env (examples/register_env.py) through the CLI and Python, an env
-found through a ``creditgym.envs`` entry point, and the errors a wrong id or kwarg gets."""
+found through a ``creditgym.envs`` entry point, an actor loss from a module outside the package, and the errors a
+wrong id, kwarg or loss gets."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.trainer import Trainer
@@ -142,4 +144,61 @@ def test_bad_env_ids_and_kwargs_say_what_is_wrong(tmp_path: Path, monkeypatch: p
         cwd=tmp_path,
     )
     assert res.returncode != 0 and "no config field 'bogus'" in res.stderr and "delta_clip" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+OUTSIDE_LOSS = '''
+from creditgym.agents.train.loss import aggregate, policy_loss, register_loss
+
+
+@register_loss("ppo_plus_nll", proportional_to_advantage=False)
+def ppo_plus_nll(logprobs, old_logprobs, advantages, mask, cfg):
+    """PPO's surrogate plus the sampled tokens' negative log-likelihood: a term with no advantage in it."""
+    loss, metrics = policy_loss(logprobs, old_logprobs, advantages, mask, agg=cfg.loss_agg)
+    nll = aggregate(-logprobs, mask, cfg.loss_agg)
+    return loss + 0.5 * nll, {**metrics, "actor/nll": nll.item()}
+'''
+
+
+def test_a_loss_registered_outside_the_package_drives_the_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--loss module:name`` imports a module file that is not part of creditgym, and its loss is the one the
+    update minimises: the run logs its metric and ends with other weights than the same run under ``ppo``."""
+    from creditgym.agents.train import loss as loss_module
+
+    (tmp_path / "outside_losses.py").write_text(OUTSIDE_LOSS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(
+        loss_module, "_LOSSES", dict(loss_module._LOSSES)
+    )  # the registration ends with the test
+    monkeypatch.delitem(sys.modules, "outside_losses", raising=False)
+    small = {"steps": 1, "prompts_per_step": 2, "group_size": 2, "eval_every": 1, "eval_episodes": 4}
+    weights = {}
+    for loss in ("ppo", "outside_losses:ppo_plus_nll"):
+        out = tmp_path / loss.replace(":", "-")
+        trainer = Trainer(TrainConfig(loss=loss, **small), out)
+        trainer.run()
+        weights[loss] = [p.detach().clone() for p in trainer.policy.model.parameters()]
+        assert json.loads((out / "config.json").read_text())["loss"] == loss  # recorded as named: reloadable
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert ("actor/nll" in rows[-1]) == (loss != "ppo")
+    assert "ppo_plus_nll" in loss_module.available_losses()
+    ppo, outside = weights["ppo"], weights["outside_losses:ppo_plus_nll"]
+    moved = [not torch.equal(a, b) for a, b in zip(ppo, outside, strict=True)]
+    assert any(moved)  # the NLL term has a gradient on every row, whatever the advantages
+
+
+def test_the_command_line_takes_a_loss_as_module_colon_name(tmp_path: Path) -> None:
+    (tmp_path / "outside_losses.py").write_text(OUTSIDE_LOSS)
+    out = tmp_path / "run"
+    res = _cli(
+        f"train --loss outside_losses:ppo_plus_nll --out {out} {SMALL}", pythonpath=tmp_path, cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_run(out)
+    assert json.loads((out / "config.json").read_text())["loss"] == "outside_losses:ppo_plus_nll"
+    assert "actor/nll" in json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    res = _cli(f"train --loss sgd --out {tmp_path / 'r'} {SMALL}", pythonpath=EXAMPLES, cwd=tmp_path)
+    assert res.returncode != 0 and "unknown actor loss 'sgd'; known losses: ['dis', 'ppo']" in res.stderr
     assert "Traceback" not in res.stderr

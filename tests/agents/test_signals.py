@@ -247,13 +247,6 @@ def test_an_installed_package_adds_a_module_and_its_provider_by_entry_points(tmp
     assert res.stdout.split() == ["ep_module", "ep_ones"]
 
 
-def test_the_old_module_path_still_gives_the_providers_api() -> None:
-    from creditgym.agents.signals import StepContext as OldStepContext
-    from creditgym.agents.signals import signal_provider as old_signal_provider
-
-    assert old_signal_provider is signal_provider and OldStepContext is StepContext
-
-
 def test_a_checkpoint_of_the_old_layout_resumes(tmp_path: Path) -> None:
     """Checkpoints keep each provider's state under its signal's name; PACT's of before its critic phase moved
     into its provider also hold an empty ``updated_logprobs`` entry, which a resumed run ignores."""

@@ -269,7 +269,7 @@ def test_a_module_names_its_actor_loss_which_a_run_resolves(scratch_registry: No
     assert resolve(TrainConfig(credit="dis_one", loss="ppo")).loss == "ppo"  # the run's own wins
     assert resolve(TrainConfig(credit="grpo")).loss == "ppo"
     with pytest.raises(
-        ValueError, match=r"'sgd_one' names the actor loss 'sgd'.*\(\['ppo', 'dis'\]\); pass --loss"
+        ValueError, match=r"'sgd_one' names the actor loss 'sgd'.*known losses: \['dis', 'ppo'\]; pass --loss"
     ):
         resolve(TrainConfig(credit="sgd_one"))
     with pytest.raises(

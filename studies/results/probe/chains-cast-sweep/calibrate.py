@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from creditgym.agents import teachers
-from creditgym.agents.probe import ProbeConfig, ProbeSetup, probe_batch, setup_probe
-from creditgym.agents.signals import ForwardRequest, StepContext
+from creditgym.agents.probe.run import ProbeConfig, ProbeSetup, probe_batch, setup_probe
+from creditgym.agents.providers import ForwardRequest, StepContext, teachers
 
 
 def main() -> None:

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from creditgym.agents.checkpoint import load_checkpoint
-from creditgym.agents.probe import (
+from creditgym.agents.probe.report import bootstrap_figures, mark_figures, response_ingredients
+from creditgym.agents.probe.run import (
     ProbeConfig,
     _seed,
     module_credit,
     probe_batch,
     setup_probe,
 )
-from creditgym.agents.probe_report import bootstrap_figures, mark_figures, response_ingredients
+from creditgym.agents.train.checkpoint import load_checkpoint
 
 
 def _cell(f: dict[str, Any]) -> str:

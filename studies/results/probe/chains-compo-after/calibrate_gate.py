@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from creditgym.agents.probe import ProbeConfig, probe_batch, setup_probe
-from creditgym.agents.signals import StepContext
+from creditgym.agents.probe.run import ProbeConfig, probe_batch, setup_probe
+from creditgym.agents.providers import StepContext
 from creditgym.credit.compo import CompPOConfig, compo_gate
 from creditgym.credit.gae import masked_whiten
 

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from creditgym.agents.probe import (
+from creditgym.agents.probe.report import _cell, bootstrap_figures, response_ingredients
+from creditgym.agents.probe.run import (
     ProbeConfig,
     _seed,
     module_advantages,
     probe_batch,
     setup_probe,
 )
-from creditgym.agents.probe_report import _cell, bootstrap_figures, response_ingredients
 
 FIGS = ("spearman", "pearson", "decisive_share", "sign_agreement")
 

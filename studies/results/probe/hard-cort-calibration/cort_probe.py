@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from creditgym.agents.mc import plan
-from creditgym.agents.probe import (
+from creditgym.agents.probe.report import FIGURES, _figures, probe_markdown, probe_png, response_ingredients
+from creditgym.agents.probe.run import (
     ProbeConfig,
     ProbeSetup,
     _plain,
@@ -46,9 +46,9 @@ from creditgym.agents.probe import (
     score,
     setup_probe,
 )
-from creditgym.agents.probe_report import FIGURES, _figures, probe_markdown, probe_png, response_ingredients
-from creditgym.agents.rollout import Episode
-from creditgym.agents.signals import ForwardRequest, StepContext
+from creditgym.agents.providers import ForwardRequest, StepContext
+from creditgym.agents.providers.mc import plan
+from creditgym.agents.train.rollout import Episode
 from creditgym.credit import CoRTConfig, CreditBatch
 from creditgym.credit.cort import cort_weights, span_metrics
 from creditgym.credit.grpo import GRPOConfig, grpo_advantage
