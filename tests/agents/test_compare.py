@@ -176,11 +176,12 @@ def test_every_train_flag_reaches_the_runs() -> None:
     train_flags = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions}
     compare_flags = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["compare"]._actions}
     assert train_flags - compare_flags == {
+        "config",
         "credit_kw",
         "overwrite",
         "resume",
         "seed",
-    }  # --credit: the entries; --out: both; --overwrite: a run folder's, a study resumes its runs
+    }  # --credit: the entries; --out: both; --config, --overwrite: a run folder's (a study has its own)
 
 
 OLD_CONFIG = {
