@@ -135,7 +135,9 @@ class Backend(abc.ABC):
     ) -> Sampled:
         """`generate`'s tokens with their log-probs where the backend has them (see :class:`Sampled`)."""
         _check_sampling(max_new_tokens, temperature, top_p)
-        stops = sorted({int(t) for t in stop_token_ids})  # empty: every response runs max_new_tokens (Planted-v0)
+        stops = sorted(
+            {int(t) for t in stop_token_ids}
+        )  # empty: every response runs max_new_tokens (Planted-v0)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         sampling = Sampling(max_new_tokens, float(temperature), float(top_p), stops, generator)
