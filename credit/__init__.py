@@ -16,7 +16,7 @@ module's file plus a provider (``creditgym.agents.providers``).
 
 from __future__ import annotations
 
-from creditgym.credit import cast, compo, cort, gae, grpo, pact, rloo, vine
+from creditgym.credit import cast, compo, cort, forking, gae, grpo, ktae, pact, prime, rloo, vine
 from creditgym.credit.base import (
     CREDIT,
     MARK,
@@ -37,9 +37,12 @@ from creditgym.credit.base import (
 from creditgym.credit.cast import CASTConfig
 from creditgym.credit.compo import CompPOConfig
 from creditgym.credit.cort import CoRTConfig
+from creditgym.credit.forking import ForkingConfig
 from creditgym.credit.gae import GAEConfig
 from creditgym.credit.grpo import GRPOConfig
+from creditgym.credit.ktae import KTAEConfig
 from creditgym.credit.pact import PACTConfig
+from creditgym.credit.prime import PRIMEConfig
 from creditgym.credit.rloo import RLOOConfig
 
 __all__ = [
@@ -53,9 +56,12 @@ __all__ = [
     "CreditFn",
     "CreditModule",
     "CreditOutput",
+    "ForkingConfig",
     "GAEConfig",
     "GRPOConfig",
+    "KTAEConfig",
     "PACTConfig",
+    "PRIMEConfig",
     "ProvidedBy",
     "RLOOConfig",
     "UnknownCreditModuleError",
@@ -65,10 +71,13 @@ __all__ = [
     "compo",
     "cort",
     "declare_signal",
+    "forking",
     "gae",
     "get",
     "grpo",
+    "ktae",
     "pact",
+    "prime",
     "register",
     "require",
     "rloo",

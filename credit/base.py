@@ -73,6 +73,11 @@ _SIGNALS: dict[str, str] = {
     "mc_values": "(B, T, 2) Monte-Carlo values around the step holding each policy token: [..., 0] = V(prefix "
     "before the step), [..., 1] = V(prefix after it), each the mean reward of K continuations sampled from that "
     "prefix; after the last step, the response's reward (VinePPO)",
+    "token_entropy": "(B, T) entropy (nats) of the behaviour policy's next-token distribution that each sampled "
+    "token was drawn from, no grad (forking tokens)",
+    "token_ids": "(B, T) integer vocabulary ids of the sampled tokens (KTAE's per-token group statistics)",
+    "reference_logprobs": "(B, T) log-probs of the sampled tokens under a frozen copy of the initial policy, "
+    "teacher-forced, no grad (PRIME's reference model)",
 }
 #: The vocabulary of extra inputs a module may declare, with their meaning (read-only view; `declare_signal` adds
 #: to it). Every signal tensor has shape (B, T, ...) aligned with ``old_logprobs`` and is read only where

@@ -12,6 +12,8 @@ signal -> its providers (the default first), file:
 - ``teacher_logprobs`` -> ``teacher``, ``teachers.py`` (CAST)
 - ``values`` -> ``value_head``, ``critics.py`` (gae, compo); ``critic_model``, ``critic_model.py`` (pact)
 - ``mc_values`` -> ``mc_values``, ``mc.py`` (vine, the probe)
+- ``token_entropy`` -> ``behaviour_entropy``; ``token_ids`` -> ``sampled_token_ids``; ``reference_logprobs`` ->
+  ``reference_model``; all in ``policy_signals.py`` (forking, ktae, prime)
 """
 
 from creditgym.agents.providers import (  # noqa: F401  (importing a provider registers it)
@@ -20,6 +22,7 @@ from creditgym.agents.providers import (  # noqa: F401  (importing a provider re
     critic_model,
     critics,
     mc,
+    policy_signals,
     spans,
     teachers,
 )

@@ -93,10 +93,11 @@ class ForwardRequest:
 
     hidden: bool = False
     attention_layers: tuple[int, ...] = ()
+    entropy: bool = False
 
     def __or__(self, other: ForwardRequest) -> ForwardRequest:
         layers = tuple(sorted(set(self.attention_layers) | set(other.attention_layers)))
-        return ForwardRequest(self.hidden or other.hidden, layers)
+        return ForwardRequest(self.hidden or other.hidden, layers, self.entropy or other.entropy)
 
 
 @dataclass
@@ -176,7 +177,7 @@ class StepContext:
                 self._behaviour = self.policy.forward_logprobs(
                     self.input_ids,
                     self.attention_mask,
-                    return_entropy=False,
+                    return_entropy=self.request.entropy,
                     return_hidden=self.request.hidden,
                     attention_layers=list(self.request.attention_layers) or None,
                 )

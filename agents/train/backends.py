@@ -93,7 +93,7 @@ class Sampling:
     max_new_tokens: int
     temperature: float
     top_p: float
-    stops: list[int]  # sorted, non-empty
+    stops: list[int]  # sorted; empty: no stop token
     generator: torch.Generator | None
 
 
@@ -135,9 +135,9 @@ class Backend(abc.ABC):
     ) -> Sampled:
         """`generate`'s tokens with their log-probs where the backend has them (see :class:`Sampled`)."""
         _check_sampling(max_new_tokens, temperature, top_p)
-        stops = sorted({int(t) for t in stop_token_ids})
-        if not stops:
-            raise ValueError("stop_token_ids is empty; pass at least the EOS / end-of-turn token id")
+        stops = sorted(
+            {int(t) for t in stop_token_ids}
+        )  # empty: every response runs max_new_tokens (Planted-v0)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         sampling = Sampling(max_new_tokens, float(temperature), float(top_p), stops, generator)

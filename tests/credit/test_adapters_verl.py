@@ -51,6 +51,9 @@ def verl_inputs(seed: int = 0) -> dict[str, Any]:
         "criterion_spans": (rand(0.0, 1.0) > 0.7).float(),
         "attention_stats": rand(0.0, 1.0),
         "mc_values": torch.stack([rand(0.0, 1.0), rand(0.0, 1.0)], -1),  # what a rollout worker would sample
+        "token_entropy": rand(0.0, 3.0),
+        "token_ids": torch.randint(0, 6, (B, T), generator=g) * mask,  # few ids: tokens recur across rows
+        "reference_logprobs": rand(-3.0, 0.0),
         "global_steps": STEP + 1,
         "total_training_steps": PLAN,
     }
@@ -67,6 +70,9 @@ def direct(name: str, x: dict[str, Any], cfg: object | None = None) -> tuple[tor
             "criterion_spans",
             "attention_stats",
             "mc_values",
+            "token_entropy",
+            "token_ids",
+            "reference_logprobs",
         )
     }
     batch = CreditBatch(

@@ -44,6 +44,8 @@ EXTRA_DIMS = {"mc_values": (2,)}
 
 def _signal(name: str, shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
     """A plausible random value for a declared signal: log-probs negative, statistics and values in (0, 1)."""
+    if name == "token_ids":  # a few ids, so tokens recur across the rows of a group
+        return torch.randint(0, 6, shape, generator=gen)
     u = torch.rand((*shape, *EXTRA_DIMS.get(name, ())), generator=gen, dtype=torch.float64).float()
     return -(3.0 * u + 0.01) if name.endswith("logprobs") else u.clamp(1e-3, 1 - 1e-3)
 
@@ -90,7 +92,7 @@ def perturb_masked(batch: CreditBatch, seed: int = 1) -> CreditBatch:
     off = ~batch.policy_mask
 
     def rewrite(x: torch.Tensor) -> torch.Tensor:
-        noise = 10.0 * torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+        noise = (10.0 * torch.randn(x.shape, generator=gen, dtype=torch.float64)).to(x.dtype)
         index = off if x.dim() == 2 else off.unsqueeze(-1).expand_as(x)
         return torch.where(index, noise, x)
 
@@ -193,7 +195,7 @@ def test_float64_inputs(name: str) -> None:
         token_rewards=batch.token_rewards.double(),
         old_logprobs=batch.old_logprobs.double(),
         values=None if batch.values is None else batch.values.double(),
-        signals={k: v.double() for k, v in batch.signals.items()},
+        signals={k: v.double() if v.is_floating_point() else v for k, v in batch.signals.items()},
     )
     out, out64 = module.fn(batch, module.config()), module.fn(wide, module.config())
     torch.testing.assert_close(out64.advantages.float(), out.advantages, rtol=1e-4, atol=1e-5)
