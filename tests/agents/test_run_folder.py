@@ -157,7 +157,15 @@ def test_a_checkpoint_write_that_fails_keeps_the_previous_one_and_no_temporary_f
 
 
 def test_group_relative_modules_declare_it_and_refuse_a_group_of_one(tmp_path: Path) -> None:
-    assert {n for n in available() if get(n).group_relative} == {"grpo", "rloo", "cort", "cast"}
+    assert {n for n in available() if get(n).group_relative} == {
+        "grpo",
+        "rloo",
+        "cort",
+        "cast",
+        "forking",
+        "ktae",
+        "prime",
+    }
     for name in ("grpo", "rloo"):
         with pytest.raises(SystemExit) as e:
             main(["train", "--out", str(tmp_path / name), "--credit", name, "--group-size", "1"])
