@@ -53,14 +53,24 @@ class ProbeRefused(ValueError):
 
 
 def reliability(
-    est: MCEstimate, *, n_boot: int, seed: int, groups: Sequence[int] | None = None
+    est: MCEstimate,
+    *,
+    n_boot: int,
+    seed: int,
+    groups: Sequence[int] | None = None,
+    alpha: float = 0.05,
 ) -> dict[str, dict[str, Any]]:
     """A*'s split-half reliability, Spearman-Brown corrected to ``est.k``: ``{"spearman", "pearson"}``, each
-    ``{"value", "ci"}`` (bootstrap over responses, or prompts with ``groups``; the resamples of
+    ``{"value", "ci"}`` (``1 - alpha`` intervals; bootstrap over responses, or prompts with ``groups``; the resamples of
     `bootstrap_figures` with this seed). ``pearson`` (`RELIABILITY`) is the one reported."""
     half_a, half_b = est.split_half()
     figs = bootstrap_figures(
-        [response_ingredients(half_b, half_a)], n_boot=n_boot, seed=seed, split_half=True, groups=groups
+        [response_ingredients(half_b, half_a)],
+        n_boot=n_boot,
+        seed=seed,
+        split_half=True,
+        groups=groups,
+        alpha=alpha,
     )
     return {key: figs[0][key] for key in CORRELATIONS}
 
