@@ -317,6 +317,7 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"checkpoint step {c['checkpoint_step']}" if c.get("checkpoint_step") is not None else "no checkpoint"
     )
     rel = result.get("reliability", result.get("ceiling"))  # "ceiling": probes written before the rename
+    new = "nulls" in result  # scored with nulls, a clustered bootstrap and the pooled reliability
     root = attainable(rel)
     control = f" and {b['control_rollouts']} for the positive control" if b.get("control_rollouts") else ""
     lines = [
@@ -325,8 +326,9 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"{c['group']}), mean reward {b['reward_mean']:.3f}, mean V(prefix 0) {b['v0_mean']:.3f}; A* from "
         f"{_k_text(c, b, result.get('rounds', []))} at {_where(c)} ({b['probed_prefixes']} prefixes, "
         f"{b['rollouts']} rollouts{control}, {t['rollouts_per_s']:.0f}/s, {t['total_s']:.0f} s in all). Each figure with "
-        f"its 95% bootstrap interval over {'prompts (clustered)' if 'nulls' in result else 'responses'}. The first "
-        "row is A*'s split-half reliability (Spearman-Brown corrected to K; the pooled one is reported); the second, its square root, is the attainable correlation: about the highest "
+        f"its 95% bootstrap interval over {'prompts (clustered)' if new else 'responses'}. The first row is A*'s "
+        f"split-half reliability (Spearman-Brown corrected to K{'; the pooled one is reported' if new else ''}); "
+        "the second, its square root, is the attainable correlation: about the highest "
         "correlation a module can reach against this noisy A*.",
         "",
         "| module | within-response Spearman | pooled Pearson | decisive-token share | sign agreement (abs(A*) >= 0.25) |",
