@@ -177,9 +177,9 @@ def grow_until_reliable(
     while True:
         if not reused:
             sample(est, f"K = {est.k}")
-        rel = reliability(est, n_boot=n_boot, seed=seed, groups=[ep.group for ep in est.episodes])[
-            RELIABILITY
-        ]
+        both = reliability(est, n_boot=n_boot, seed=seed, groups=[ep.group for ep in est.episodes])
+        # A* constant within every response: a pooled figure exists, but no within-response one can be scored
+        rel = both[RELIABILITY] if both["spearman"]["value"] is not None else both["spearman"]
         rounds.append({"k": est.k, "rollouts": est.total, "reliability": rel})
         value, ci = rel["value"], rel["ci"]
         lower = ci[0] if ci else None
