@@ -9,10 +9,17 @@ A module's correlation with a noisy A* is at most about the attainable correlati
 the value it estimates). Both come with 95% percentile bootstrap intervals over responses; a percentile interval
 carries over any increasing transform, so the attainable interval is the reliability's, square-rooted.
 
-K grows until the within-response reliability's lower bound reaches ``target``: it doubles, or jumps to the K
+The reported reliability is the pooled one (`RELIABILITY`, ``pearson``): the within-response form averages
+Spearman correlations of step functions with few distinct values (2-9 segments) and corrects after averaging,
+which overstates it against an independent full-K A*; the pooled split-half Pearson is one correlation over every
+token, corrected once, and a simulation with a known truth checks it is not biased upward.
+
+K grows until the pooled reliability's lower bound reaches ``target``: it doubles, or jumps to the K
 that Spearman-Brown's prophecy ``n r / (1 + (n - 1) r)``, applied to the lower bound, projects (`needed_k`). When
 that K exceeds ``max_k``, or the lower bound and the point estimate are both at or below 0, the probe stops with
-`ProbeRefused`, saying which K it would need.
+`ProbeRefused`, saying which K it would need. The stopping rule is adaptive: the round that stops is one whose
+lower bound cleared the target, so a reliability read at a grown K is biased upward by the selection (the more
+rounds, the more); a figure meant to be unbiased is read at a K fixed before scoring (``target=None``).
 """
 
 from __future__ import annotations
@@ -25,21 +32,45 @@ from creditgym.agents.probe.progress import say
 from creditgym.agents.probe.report import bootstrap_figures, response_ingredients
 from creditgym.agents.providers.mc import MCEstimate
 
-__all__ = ["ProbeRefused", "grow_until_reliable", "needed_k", "next_k", "refusal", "reliability"]
+__all__ = [
+    "RELIABILITY",
+    "ProbeRefused",
+    "grow_until_reliable",
+    "needed_k",
+    "next_k",
+    "refusal",
+    "reliability",
+]
 
 CORRELATIONS = ("spearman", "pearson")
+RELIABILITY = (
+    "pearson"  # the reliability reported and grown against: pooled split-half, Spearman-Brown corrected
+)
 
 
 class ProbeRefused(ValueError):
     """A* cannot support the figures asked for (its reliability stays below the target within the budget)."""
 
 
-def reliability(est: MCEstimate, *, n_boot: int, seed: int) -> dict[str, dict[str, Any]]:
+def reliability(
+    est: MCEstimate,
+    *,
+    n_boot: int,
+    seed: int,
+    groups: Sequence[int] | None = None,
+    alpha: float = 0.05,
+) -> dict[str, dict[str, Any]]:
     """A*'s split-half reliability, Spearman-Brown corrected to ``est.k``: ``{"spearman", "pearson"}``, each
-    ``{"value", "ci"}`` (bootstrap over responses; the resamples of `bootstrap_figures` with this seed)."""
+    ``{"value", "ci"}`` (``1 - alpha`` intervals; bootstrap over responses, or prompts with ``groups``; the resamples of
+    `bootstrap_figures` with this seed). ``pearson`` (`RELIABILITY`) is the one reported."""
     half_a, half_b = est.split_half()
     figs = bootstrap_figures(
-        [response_ingredients(half_b, half_a)], n_boot=n_boot, seed=seed, split_half=True
+        [response_ingredients(half_b, half_a)],
+        n_boot=n_boot,
+        seed=seed,
+        split_half=True,
+        groups=groups,
+        alpha=alpha,
     )
     return {key: figs[0][key] for key in CORRELATIONS}
 
@@ -100,7 +131,7 @@ def refusal(k: int, rel: Mapping[str, Any], target: float, max_k: int, *, rollou
             "delimiter), so no within-response figure is defined: probe at positions the responses hold "
             "(--every N, or a --delimiter that ends their steps)"
         )
-    got = f"A*'s within-response reliability at K = {k} is {value:.3f}" + (
+    got = f"A*'s pooled reliability at K = {k} is {value:.3f}" + (
         f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
     )
     lower = ci[0] if ci else value
@@ -137,7 +168,7 @@ def grow_until_reliable(
     reused: bool = False,
 ) -> None:
     """Sample ``est`` (``sample(est, what)`` fills its missing columns), then double K (or jump to the projected
-    K) until the within-response reliability's lower bound reaches ``target``; each round's K, rollouts and
+    K) until the pooled reliability's lower bound reaches ``target``; each round's K, rollouts and
     reliability appended to ``rounds``. ``reused``: ``est`` is complete and cannot grow (a reused A*).
 
     Raises:
@@ -146,20 +177,20 @@ def grow_until_reliable(
     while True:
         if not reused:
             sample(est, f"K = {est.k}")
-        rel = reliability(est, n_boot=n_boot, seed=seed)["spearman"]
+        both = reliability(est, n_boot=n_boot, seed=seed, groups=[ep.group for ep in est.episodes])
+        # A* constant within every response: a pooled figure exists, but no within-response one can be scored
+        rel = both[RELIABILITY] if both["spearman"]["value"] is not None else both["spearman"]
         rounds.append({"k": est.k, "rollouts": est.total, "reliability": rel})
         value, ci = rel["value"], rel["ci"]
         lower = ci[0] if ci else None
         shown = "n/a" if value is None else f"{value:.3f}" + (f" (lower bound {lower:.3f})" if ci else "")
         if target is None or (lower is not None and lower >= target):
             reached = "" if target is None else f", at or above the target {target:g}"
-            say(f"K = {est.k}: A*'s within-response reliability {shown}{reached}")
+            say(f"K = {est.k}: A*'s pooled reliability {shown}{reached}")
             return
         k_next = None if reused else next_k(est.k, lower, value, target, max_k)
         if k_next is None:
             why = refusal(est.k, rel, target, max_k, rollouts_per_k=est.total // est.k) + stalled(rounds)
             raise ProbeRefused(why + (" (--reuse keeps the saved A*: its K cannot grow)" if reused else ""))
-        say(
-            f"K = {est.k}: A*'s within-response reliability {shown}, below the target {target:g}: K -> {k_next}"
-        )
+        say(f"K = {est.k}: A*'s pooled reliability {shown}, below the target {target:g}: K -> {k_next}")
         est.grow(k_next)

@@ -46,6 +46,7 @@ __all__ = [
     "probe_markdown",
     "probe_png",
     "rankdata",
+    "resample_weights",
     "response_ingredients",
     "spearman",
     "spearman_brown",
@@ -150,25 +151,48 @@ def figures(rows: np.ndarray) -> dict[str, float]:
     return {k: float(v[0]) for k, v in _figures(rows, np.ones((1, len(rows)))).items()}
 
 
+def resample_weights(b: int, *, n_boot: int, seed: int, groups: Sequence[int] | None = None) -> np.ndarray:
+    """``(1 + n_boot, b)`` bootstrap weights: a first row of ones (the point estimate), then one row per resample.
+    Without ``groups`` each row counts how often a response was drawn; with ``groups`` (each response's prompt)
+    the prompts are drawn with replacement and every response gets its prompt's count, so responses of one
+    prompt, which are not independent, move together (a bootstrap clustered by prompt)."""
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        return np.vstack([np.ones(b), rng.multinomial(b, np.full(b, 1.0 / max(b, 1)), n_boot)])
+    g = np.asarray(groups)
+    if g.shape != (b,):
+        raise ValueError(f"{g.shape[0]} groups for {b} responses: give one group (prompt) per response")
+    labels, index = np.unique(g, return_inverse=True)
+    n = len(labels)
+    counts = rng.multinomial(n, np.full(n, 1.0 / max(n, 1)), n_boot)
+    return np.vstack([np.ones(b), counts[:, index]]).astype(np.float64)
+
+
 def bootstrap_figures(
-    rows: Sequence[np.ndarray], *, n_boot: int = 1000, seed: int = 0, split_half: bool = False
+    rows: Sequence[np.ndarray],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    split_half: bool = False,
+    groups: Sequence[int] | None = None,
+    alpha: float = 0.05,
 ) -> list[dict[str, dict[str, float | list[float] | None]]]:
-    """Each table's figures with 95% percentile bootstrap intervals, resampling responses (the same resamples
-    for every table, so their intervals are paired).
+    """Each table's figures with ``1 - alpha`` percentile bootstrap intervals, resampling responses, or prompts
+    with ``groups`` (`resample_weights`; the same resamples for every table, so their intervals are paired).
 
     Args:
         rows: One `response_ingredients` table per module (same responses, same order).
         n_boot: Resamples (0: no intervals).
         seed: Seeds the resampling.
         split_half: The tables are split-half estimates: Spearman-Brown correct the two correlations.
+        groups: Each response's prompt: resample prompts (clustered), not responses.
+        alpha: One minus the intervals' coverage (0.05 / m for a Bonferroni correction over m intervals).
 
     Returns:
         Per table, ``figure -> {"value": float | None, "ci": [low, high] | None}`` (None for NaN).
     """
-    b = len(rows[0]) if rows else 0
-    w = np.vstack(
-        [np.ones(b), np.random.default_rng(seed).multinomial(b, np.full(b, 1.0 / max(b, 1)), n_boot)]
-    )
+    w = resample_weights(len(rows[0]) if rows else 0, n_boot=n_boot, seed=seed, groups=groups)
+    low, high = 50 * alpha, 100 - 50 * alpha
     out = []
     for table in rows:
         figs = _figures(table, w)
@@ -179,17 +203,23 @@ def bootstrap_figures(
         for key in FIGURES:
             point, draws = figs[key][0], figs[key][1:]
             draws = draws[~np.isnan(draws)]
-            ci = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))] if draws.size else None
+            ci = [float(np.percentile(draws, low)), float(np.percentile(draws, high))] if draws.size else None
             entry[key] = {"value": None if np.isnan(point) else float(point), "ci": ci}
         out.append(entry)
     return out
 
 
 def mark_figures(
-    marks: Sequence[np.ndarray], astar: Sequence[np.ndarray], *, n_boot: int = 1000, seed: int = 0
+    marks: Sequence[np.ndarray],
+    astar: Sequence[np.ndarray],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    groups: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """``share``, ``chance`` (each ``{"value", "ci"}``, bootstrap over responses) and ``marked_frac`` of one mark
-    (module docstring); ``marks[i]``, ``astar[i]``: one value per policy token of response i."""
+    """``share``, ``chance`` (each ``{"value", "ci"}``, bootstrap over responses, or prompts with ``groups``) and
+    ``marked_frac`` of one mark (module docstring); ``marks[i]``, ``astar[i]``: one value per policy token of
+    response i."""
     rows = np.zeros((len(marks), 5))  # marked (A* != 0), agreeing, row tokens (A* != 0), agreeing, all marked
     for i, (m, y) in enumerate(zip(marks, astar, strict=True)):
         m, y = np.sign(np.asarray(m, dtype=np.float64)), np.sign(np.asarray(y, dtype=np.float64))
@@ -198,10 +228,7 @@ def mark_figures(
         on, row_sign = (m != 0) & (y != 0), np.sign(m.sum())
         rows[i] = (on.sum(), (m[on] == y[on]).sum(), (y != 0).sum() * (row_sign != 0), 0.0, (m != 0).sum())
         rows[i, 3] = (y[y != 0] == row_sign).sum() if row_sign != 0 else 0.0
-    b = len(rows)
-    w = np.vstack(
-        [np.ones(b), np.random.default_rng(seed).multinomial(b, np.full(b, 1.0 / max(b, 1)), n_boot)]
-    )
+    w = resample_weights(len(rows), n_boot=n_boot, seed=seed, groups=groups)
     out: dict[str, Any] = {"marked_frac": float(rows[:, 4].sum() / max(sum(len(y) for y in astar), 1))}
     for key, (n_col, agree_col) in (("share", (0, 1)), ("chance", (2, 3))):
         n, agree = w @ rows[:, n_col], w @ rows[:, agree_col]
@@ -257,6 +284,32 @@ def _k_text(c: Mapping[str, Any], b: Mapping[str, Any], rounds: Sequence[Mapping
     return f"K = {k} continuations ({how}: the reliability's lower bound reached the target {c['target']:g})"
 
 
+def _verdict(modules: Mapping[str, Any], nulls: Mapping[str, Any], prompts: int) -> str:
+    """The sentence naming the modules that beat credit (`beats_credit`) on each correlation."""
+    from creditgym.agents.probe.nulls import MIN_PROMPTS, beats_credit, best_null
+
+    if prompts < MIN_PROMPTS:
+        return (
+            f"{prompts} prompts, fewer than {MIN_PROMPTS}: the intervals cannot support a call, so no module is "
+            "said to beat the null baselines (probe more prompts: --prompts)."
+        )
+    parts = []
+    for key, label in (("spearman", "within-response Spearman"), ("pearson", "pooled Pearson")):
+        best = best_null(nulls, key)
+        won = [
+            f"`{m}`"
+            for m, f in modules.items()
+            if not m.startswith("oracle:") and beats_credit(f, nulls, key, prompts=prompts)
+        ]
+        head = (
+            f"On {label} the best null is `{best[0]}` ({best[1]:.3f})"
+            if best
+            else f"On {label} no null scores"
+        )
+        parts.append(f"{head}; beating it with the interval clear: {', '.join(won) or 'no module'}.")
+    return " ".join(parts)
+
+
 def probe_markdown(result: Mapping[str, Any]) -> str:
     """The probe's table (and the line saying what was measured) from ``probe.json``'s content."""
     c, b, t = result["config"], result["batch"], result["timing"]
@@ -264,6 +317,7 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"checkpoint step {c['checkpoint_step']}" if c.get("checkpoint_step") is not None else "no checkpoint"
     )
     rel = result.get("reliability", result.get("ceiling"))  # "ceiling": probes written before the rename
+    new = "nulls" in result  # scored with nulls, a clustered bootstrap and the pooled reliability
     root = attainable(rel)
     control = f" and {b['control_rollouts']} for the positive control" if b.get("control_rollouts") else ""
     lines = [
@@ -272,8 +326,9 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"{c['group']}), mean reward {b['reward_mean']:.3f}, mean V(prefix 0) {b['v0_mean']:.3f}; A* from "
         f"{_k_text(c, b, result.get('rounds', []))} at {_where(c)} ({b['probed_prefixes']} prefixes, "
         f"{b['rollouts']} rollouts{control}, {t['rollouts_per_s']:.0f}/s, {t['total_s']:.0f} s in all). Each figure with "
-        "its 95% bootstrap interval over responses. The first row is A*'s split-half reliability (Spearman-Brown "
-        "corrected to K); the second, its square root, is the attainable correlation: about the highest "
+        f"its 95% bootstrap interval over {'prompts (clustered)' if new else 'responses'}. The first row is A*'s "
+        f"split-half reliability (Spearman-Brown corrected to K{'; the pooled one is reported' if new else ''}); "
+        "the second, its square root, is the attainable correlation: about the highest "
         "correlation a module can reach against this noisy A*.",
         "",
         "| module | within-response Spearman | pooled Pearson | decisive-token share | sign agreement (abs(A*) >= 0.25) |",
@@ -281,11 +336,14 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"| A* reliability (split-half) | {_cell(rel['spearman'])} | {_cell(rel['pearson'])} | | |",
         f"| attainable correlation | {_cell(root['spearman'])} | {_cell(root['pearson'])} | | |",
     ]
-    for name, figs in result["modules"].items():
+    nulls = result.get("nulls", {})
+    for name, figs in {**result["modules"], **nulls}.items():
         cells = " | ".join(
             _cell(figs[k]) for k in ("spearman", "pearson", "decisive_share", "sign_agreement")
         )
         lines.append(f"| `{name}` | {cells} |")
+    if nulls:
+        lines += ["", _verdict(result["modules"], nulls, result.get("prompts", c["prompts"]))]
     controls = result.get("control", {})
     if controls:
         lines += [

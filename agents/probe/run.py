@@ -2,13 +2,14 @@
 
 One batch of ``P`` prompts x ``G`` responses is sampled from the policy. Its Monte-Carlo ground truth A* comes
 from ``K`` continuations of every probed prefix (``creditgym.agents.providers.mc``; by default at `vine`'s step
-boundaries). K starts at ``k`` and grows until A*'s within-response reliability has its lower bound at ``target``
+boundaries). K starts at ``k`` and grows until A*'s pooled reliability has its lower bound at ``target``
 or above (``creditgym.agents.probe.reliability``), or the probe stops and says which K it would need. Every listed
 module computes its advantages on the same batch with the signals it declares, through the trainer's own
 providers (`build_providers`; from a checkpoint, the trained module's providers get their saved state, so a
 trained critic is probed as trained); ``oracle:noise=q`` entries are the positive control
 (``creditgym.agents.probe.control``). ``creditgym.agents.probe.report`` scores them against A*, with 95% bootstrap
-intervals over responses, beside A*'s reliability and the attainable correlation. The run writes ``probe.json``
+intervals clustered by prompt, beside A*'s reliability, the attainable correlation and the null baselines
+(``creditgym.agents.probe.nulls``: trivial rules a module must beat to be said to find credit). The run writes ``probe.json``
 (every figure, and every response's tokens, A* and advantages), ``probe.md`` (`probe_markdown` of it) and
 ``probe.png`` (`probe_png`). ``creditgym train --probe-every N`` logs the figures of its own module
 (`probe_metrics`, at a fixed K).
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from creditgym.agents.probe.control import control_figures, oracle_advantages
+from creditgym.agents.probe.nulls import null_advantages
 from creditgym.agents.probe.progress import RolloutProgress
 from creditgym.agents.probe.reliability import ProbeRefused, grow_until_reliable, reliability
 from creditgym.agents.probe.report import (
@@ -152,15 +154,21 @@ def module_credit(
 def score(
     est: MCEstimate, advantages: Mapping[str, list[np.ndarray]], *, n_boot: int, seed: int
 ) -> dict[str, Any]:
-    """A*'s reliability, the attainable correlation and every module's figures, with paired bootstrap intervals."""
+    """A*'s reliability, the attainable correlation, every module's figures and the null baselines'
+    (`null_advantages`), with paired bootstrap intervals clustered by prompt."""
     astar = est.token_advantages()
-    tables = [response_ingredients(adv, astar) for adv in advantages.values()]
-    rel = reliability(est, n_boot=n_boot, seed=seed)
-    figs = bootstrap_figures(tables, n_boot=n_boot, seed=seed)
+    groups = [ep.group for ep in est.episodes]
+    nulls = null_advantages([ep.reward for ep in est.episodes], groups, [len(a) for a in astar], est.starts)
+    entries = {**advantages, **nulls}
+    tables = [response_ingredients(adv, astar) for adv in entries.values()]
+    rel = reliability(est, n_boot=n_boot, seed=seed, groups=groups)
+    figs = dict(zip(entries, bootstrap_figures(tables, n_boot=n_boot, seed=seed, groups=groups), strict=True))
     return {
         "reliability": rel,
         "attainable": attainable(rel),
-        "modules": dict(zip(advantages, figs, strict=True)),
+        "modules": {name: figs[name] for name in advantages},
+        "nulls": {name: figs[name] for name in nulls},
+        "prompts": len(set(groups)),
     }
 
 
@@ -373,7 +381,10 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
         },
         "marks": {
             label: {
-                name: mark_figures(m, astar, n_boot=cfg.bootstrap, seed=cfg.seed) for name, m in marks.items()
+                name: mark_figures(
+                    m, astar, n_boot=cfg.bootstrap, seed=cfg.seed, groups=[ep.group for ep in episodes]
+                )
+                for name, m in marks.items()
             }
             for label, (_, marks) in credit.items()
             if marks

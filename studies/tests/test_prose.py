@@ -275,3 +275,34 @@ def test_a_figure_that_disagrees_with_the_committed_results_fails() -> None:
     assert unmatched(page, include + "`cort` loses -0.062 [-0.091, -0.034], MDE 4.1 points.\n") == []
     for wrong in ("-0.063 [-0.091, -0.034]", "+0.062", "-0.062 [-0.091, -0.034], MDE 4.3 points"):
         assert unmatched(page, include + f"`cort` loses {wrong}.\n"), wrong
+
+
+#: Sentences that once said more than the probe's numbers; each page must not say them again.
+OVERSTATED = {
+    "docs/study/scale.md": (
+        "In every completed probe the positive control measured what its expectation says",
+        "two modules rank tokens with it",
+    ),
+    "docs/study/smollm2.md": (
+        "The probe's finding held",
+        "found one module that ranks",
+        "three finals lie closer",
+    ),
+    "README.md": ("ranks tokens against it at both", "stayed above 0 (+0.156"),
+}
+
+
+def test_the_scale_prose_says_what_the_corrected_table_says() -> None:
+    """No page repeats an overstated sentence; where the scale page says no module beats the null baselines and
+    the rubric calls nothing, the committed table's verdicts agree."""
+    for name, phrases in OVERSTATED.items():
+        text = re.sub(r"\s+", " ", (ROOT / name).read_text())
+        assert not [p for p in phrases if p in text], name
+    scale = re.sub(r"\s+", " ", (ROOT / "docs" / "study" / "scale.md").read_text())
+    table = json.loads((RESULTS / "scale" / "table.json").read_text())
+    complete = [col for col in table.values() if col["status"] == "complete"]
+    assert "No module does in any completed probe." in scale
+    assert not any(m["beats_nulls"] for col in complete for m in col["modules"].values())
+    assert "on the hard rubric the table calls nothing" in scale
+    rubric = [col for key, col in table.items() if key.startswith("rubric/")]
+    assert not any(m["clear"] or m["beats_nulls"] for col in rubric for m in col["modules"].values())

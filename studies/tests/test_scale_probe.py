@@ -60,3 +60,29 @@ def test_a_warm_rescoring_scored_the_same_batch_and_a_star() -> None:
         assert warm["config"]["warm"] and set(warm["config"]["warm"]) == scale.WARMED
         assert [r["tokens"] for r in warm["responses"]] == [r["tokens"] for r in base["responses"]]
         assert [r["astar"] for r in warm["responses"]] == [r["astar"] for r in base["responses"]]
+
+
+@pytest.mark.parametrize("folder", [f for f in PROBES if "refused" not in f])
+def test_the_rebuilt_estimate_gives_each_probe_its_saved_a_star(folder: str) -> None:
+    """The table rescores from the responses' continuation rewards: the estimate rebuilt from them is the probe's."""
+    probe = json.loads((scale.SCALE / folder / "probe.json").read_text())
+    if not probe["complete"]:
+        return
+    rebuilt = scale.estimate(probe["responses"]).token_advantages()
+    for got, row in zip(rebuilt, probe["responses"], strict=True):
+        assert got == pytest.approx(np.asarray(row["astar"]), abs=1e-12)
+
+
+def test_the_table_judges_modules_against_the_null_baselines() -> None:
+    """On the tiny model's level 2 A* sits in the first segment: the position rule outscores `cort`, whose interval
+    clears 0 but not that null; the rubric batches have 4 prompts, too few at the table's alpha to call anything."""
+    data = scale.table()
+    sums = data["sums/tiny"]
+    position = sums["nulls"]["null:position"]["spearman"]["value"]
+    assert position > sums["modules"]["cort"]["spearman"]["value"]
+    assert sums["modules"]["cort"]["clear"] and not sums["modules"]["cort"]["beats_nulls"]
+    for model in scale.MODELS:
+        rubric = data[f"rubric/{model}"]
+        assert rubric["prompts"] < scale.min_prompts(scale.ALPHA)
+        assert not any(m["clear"] or m["beats_nulls"] for m in rubric["modules"].values())
+    assert not any(m["beats_nulls"] for col in data.values() for m in col.get("modules", {}).values())
