@@ -1,12 +1,13 @@
-"""A credit module of your own that needs a new signal: GRPO on the forking tokens only.
+"""A credit module of your own that needs a new signal: GRPO on the policy's least decided tokens only.
 
-A minority of high-entropy "forking" tokens carry the learning signal of RL with verifiable rewards (Wang et al.,
-arXiv 2506.01939): this module keeps GRPO's advantage on the ``keep`` share of the batch's policy tokens with the
-highest entropy and zeroes the rest. It reads the policy's entropy at each token, which creditgym does not
-compute, so it declares the signal ``token_entropy`` and names its provider (`custom_signal_provider.py`).
+The built-in `forking` module keeps GRPO's advantage on the high-entropy tokens. This one asks a different
+question of the same idea: it keeps the advantage on the ``keep`` share of the batch's policy tokens where the
+policy was closest to choosing another token (the smallest gap between its top two log-probs) and zeroes the rest.
+creditgym does not compute that gap, so the module declares the signal ``top2_margin`` and names its provider
+(`custom_signal_provider.py`).
 
     python examples/custom_credit_module.py --steps 2                   # trains on the bundled tiny model
-    PYTHONPATH=examples creditgym train --credit custom_credit_module:forking --steps 2 --out runs/forking
+    PYTHONPATH=examples creditgym train --credit custom_credit_module:undecided --steps 2 --out runs/undecided
 """
 
 from __future__ import annotations
@@ -19,32 +20,32 @@ import torch
 from creditgym import credit
 from creditgym.credit import CreditBatch, CreditOutput, ProvidedBy
 
-credit.declare_signal("token_entropy", "(B, T) entropy of the policy's next-token distribution at each token")
+credit.declare_signal("top2_margin", "(B, T) log p(top-1) - log p(top-2) of the distribution each token came from")
 
 
 @dataclass(frozen=True)
-class ForkingConfig:
-    keep: float = 0.2  # the share of policy tokens that keep their advantage (the paper's top 20%)
+class UndecidedConfig:
+    keep: float = 0.2  # the share of policy tokens that keep their advantage
 
     def __post_init__(self) -> None:
         if not 0 < self.keep <= 1:
-            raise ValueError(f"ForkingConfig.keep must be in (0, 1], got {self.keep!r}")
+            raise ValueError(f"UndecidedConfig.keep must be in (0, 1], got {self.keep!r}")
 
 
-ENTROPY = ProvidedBy("custom_signal_provider:entropy")  # "module:name": the trainer imports the module first
+MARGIN = ProvidedBy("custom_signal_provider:margin")  # "module:name": the trainer imports the module first
 
 
-@credit.register("forking", config=ForkingConfig, signals={"token_entropy": ENTROPY})
+@credit.register("undecided", config=UndecidedConfig, signals={"top2_margin": MARGIN})
 @torch.no_grad()
-def forking(batch: CreditBatch, cfg: ForkingConfig) -> CreditOutput:
-    """GRPO's advantages (B, T) on the ``keep`` share of policy tokens with the highest entropy, 0 elsewhere."""
-    entropy = credit.require(batch, "token_entropy", module="forking")  # (B, T)
+def undecided(batch: CreditBatch, cfg: UndecidedConfig) -> CreditOutput:
+    """GRPO's advantages (B, T) on the ``keep`` share of policy tokens with the smallest top-2 margin, 0 elsewhere."""
+    margin = credit.require(batch, "top2_margin", module="undecided")  # (B, T)
     grpo, mask = credit.get("grpo")(batch).advantages, batch.policy_mask  # (B, T), (B, T)
-    threshold = torch.quantile(entropy[mask].float(), 1 - cfg.keep) if mask.any() else 0.0
-    kept = mask & (entropy >= threshold)
+    threshold = torch.quantile(margin[mask].float(), cfg.keep) if mask.any() else 0.0
+    kept = mask & (margin <= threshold)
     advantages = torch.where(kept, grpo, 0.0)
-    metrics = credit.advantage_metrics("forking", advantages, mask)
-    metrics["credit/forking/kept_frac"] = float(kept.sum() / mask.sum().clamp(min=1))
+    metrics = credit.advantage_metrics("undecided", advantages, mask)
+    metrics["credit/undecided/kept_frac"] = float(kept.sum() / mask.sum().clamp(min=1))
     return CreditOutput(advantages, metrics=metrics)
 
 
@@ -54,8 +55,8 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default: 2)")
-    parser.add_argument("--out", default="runs/forking", help="run folder (default: runs/forking)")
+    parser.add_argument("--out", default="runs/undecided", help="run folder (default: runs/undecided)")
     args = parser.parse_args()
-    cfg = TrainConfig(credit="forking", steps=args.steps, prompts_per_step=2, group_size=4, eval_episodes=4)
+    cfg = TrainConfig(credit="undecided", steps=args.steps, prompts_per_step=2, group_size=4, eval_episodes=4)
     summary = train(cfg, args.out)
-    print(f"forking: {summary['steps']} steps, held-out accuracy {summary['eval_after']:.3f}, in {args.out}")
+    print(f"undecided: {summary['steps']} steps, held-out accuracy {summary['eval_after']:.3f}, in {args.out}")

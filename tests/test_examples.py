@@ -309,7 +309,7 @@ def test_a_credit_module_and_its_signal_provider_of_your_own_train_from_outside_
     for name in ("custom_credit_module.py", "custom_signal_provider.py"):
         shutil.copy(ROOT / "examples" / name, tmp_path / name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
-    cli = ("-m", "creditgym.cli", "train", "--credit", "custom_credit_module:forking", "--steps", "1")
+    cli = ("-m", "creditgym.cli", "train", "--credit", "custom_credit_module:undecided", "--steps", "1")
     cli += ("--prompts-per-step", "2", "--group-size", "4", "--eval-episodes", "2", "--out", "cli")
     commands = {
         "script": [sys.executable, "custom_credit_module.py", "--steps", "1", "--out", "script"],
@@ -319,10 +319,10 @@ def test_a_credit_module_and_its_signal_provider_of_your_own_train_from_outside_
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         rows = [json.loads(line) for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
-        assert 0 < rows[1]["credit/forking/kept_frac"] < 0.5  # about the top 20% (ties at the threshold kept)
+        assert 0 < rows[1]["credit/undecided/kept_frac"] < 0.5  # about the lowest 20% (ties at the threshold kept)
         assert rows[1]["actor/pg_loss"] is not None and rows[1]["time/signals_s"] > 0
     bad = subprocess.run(
-        [sys.executable, "-m", "creditgym.cli", "train", "--credit", "no_such_module:forking", "--out", "x"],
+        [sys.executable, "-m", "creditgym.cli", "train", "--credit", "no_such_module:undecided", "--out", "x"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
