@@ -8,6 +8,7 @@ from gymnasium.envs.registration import register, registry
 
 from creditgym.envs.core import (
     CounterfactualPrompt,
+    DecisiveSlots,
     EmptyResponse,
     Forkable,
     Ledger,
@@ -50,6 +51,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "ENV_IDS",
     "CounterfactualPrompt",
+    "DecisiveSlots",
     "EmptyResponse",
     "FixedWindow",
     "Forkable",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import copy
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol, runtime_checkable
@@ -435,6 +435,24 @@ class CounterfactualPrompt(Protocol):
     def has_counterfactual(self) -> bool: ...
 
     def counterfactual_prompt_tokens(self) -> list[int]: ...
+
+
+@runtime_checkable
+class DecisiveSlots(Protocol):
+    """Its reward reads a known few response positions only (``creditgym/Planted-v0``), so the exact advantage
+    of every token follows from the policy's probabilities there (`creditgym.agents.probe.exact`).
+
+    ``decisive_slots``: the 0-based response positions the reward reads, increasing; ``decisive_masks(V)``:
+    ``(K, V)`` bool, which token ids each slot accepts; ``slot_hits(response)``: which slots a response fills.
+    The reward is 1 exactly when every slot is filled.
+    """
+
+    @property
+    def decisive_slots(self) -> tuple[int, ...]: ...
+
+    def decisive_masks(self, vocab_size: int) -> Any: ...
+
+    def slot_hits(self, response: Sequence[int]) -> list[bool]: ...
 
 
 @runtime_checkable

@@ -13,7 +13,21 @@ from creditgym.envs.core import TokenEnv, TurnOutcome
 from creditgym.envs.tokenizer import BUNDLED, render_prompt, resolve_tokenizer
 from creditgym.verifiers.verdict import Verdict
 
-__all__ = ["PlantedEnv", "PlantedTask", "exact_advantages", "planted_reward"]
+__all__ = [
+    "LAYOUTS",
+    "MATCHES",
+    "PlantedEnv",
+    "PlantedTask",
+    "accepted",
+    "exact_advantages",
+    "planted_reward",
+]
+
+MATCHES = (
+    "digit",
+    "parity",
+)  # what a decisive slot accepts: its one digit token, or any token of its id's parity
+LAYOUTS = ("lead", "random")  # where the slots are: the first two response tokens, or two drawn positions
 
 
 @dataclass(frozen=True)
@@ -33,28 +47,48 @@ class PlantedTask:
     digits: tuple[int, ...]
 
     @classmethod
-    def draw(cls, rng: np.random.Generator, response_length: int) -> PlantedTask:
-        """A task drawn with ``rng`` (the env's seeded ``np_random``): operands and two distinct slots."""
+    def draw(cls, rng: np.random.Generator, response_length: int, layout: str = "lead") -> PlantedTask:
+        """A task drawn with ``rng`` (the env's seeded ``np_random``): operands, and two distinct slots (the
+        first two tokens with ``layout="lead"``, two drawn positions with ``"random"``)."""
         a, b = (int(x) for x in rng.integers(0, 10, size=2))
-        slots = tuple(sorted(int(s) for s in rng.choice(response_length, size=2, replace=False)))
+        drawn = tuple(sorted(int(s) for s in rng.choice(response_length, size=2, replace=False)))
+        slots = (0, 1) if layout == "lead" else drawn
         m = a * b % 10
         return cls(a, b, slots, (m, (m + a) % 10))
 
-    @property
-    def question(self) -> str:
+    def question(self, match: str = "digit") -> str:
+        """The prompt's text: where each value goes, and (``match="parity"``) that only its token's parity counts."""
         m, ans = (f"token {s + 1}" for s in self.slots)
+        if match == "parity":
+            return (
+                f"a={self.a} b={self.b}. As {m} write a token whose id has the parity of m = a*b mod 10, and as "
+                f"{ans} one whose id has the parity of (m+a) mod 10; every other token is free."
+            )
         return (
             f"a={self.a} b={self.b}. Write m = a*b mod 10 as {m} and (m+a) mod 10 as {ans}; "
             "every other token is free."
         )
 
 
-def planted_reward(response: Sequence[int], slots: Sequence[int], required: Sequence[int]) -> float:
-    """1.0 when every decisive slot ``slots[k]`` of ``response`` (token ids) holds ``required[k]``, else 0.0.
+def accepted(token: int, required: int, match: str = "digit") -> bool:
+    """Whether a decisive slot that requires ``required`` accepts ``token``: the same id (``"digit"``) or an id of
+    the same parity (``"parity"``)."""
+    if match == "parity":
+        return int(token) % 2 == int(required) % 2
+    return int(token) == int(required)
+
+
+def planted_reward(
+    response: Sequence[int], slots: Sequence[int], required: Sequence[int], match: str = "digit"
+) -> float:
+    """1.0 when every decisive slot ``slots[k]`` of ``response`` (token ids) accepts its token (`accepted` of
+    ``required[k]`` under ``match``), else 0.0.
 
     Reads nothing but those positions: any token elsewhere (the filler) leaves the reward unchanged.
     """
-    ok = all(s < len(response) and int(response[s]) == int(r) for s, r in zip(slots, required, strict=True))
+    ok = all(
+        s < len(response) and accepted(response[s], r, match) for s, r in zip(slots, required, strict=True)
+    )
     return 1.0 if ok else 0.0
 
 
@@ -113,7 +147,8 @@ class PlantedEnv(TokenEnv):
     """A task whose reward rests on two known response tokens: a planted intermediate value and the answer.
 
     Description:
-        Each reset draws, from the env's seeded RNG, two operands ``a, b`` and two distinct response slots. The
+        Each reset draws, from the env's seeded RNG, two operands ``a, b`` and (``layout="random"``) two distinct
+        response slots; by default (``"lead"``) the slots are the first two response tokens. The
         prompt (the tokenizer's chat template) asks for ``m = a * b mod 10`` at the first slot and
         ``(m + a) mod 10`` at the second, as single digit tokens; every other token of the response is filler.
         The response always runs exactly ``max_new_tokens`` tokens (no stop token ends it early, so a filler
@@ -138,12 +173,28 @@ class PlantedEnv(TokenEnv):
         tokenizer: A Hugging Face tokenizer with a chat template, or a name/path (default: the bundled one); its
             digits 0-9 must be single tokens.
         max_new_tokens: L, the response length, ``>= 2`` (two slots).
+        match: What a slot accepts, one of `MATCHES`: ``"digit"`` (its one digit token) or ``"parity"``.
+        layout: Where the slots are, one of `LAYOUTS`: ``"lead"`` (the first two response tokens: no filler
+            comes before a slot, so the true advantage is exact for any policy and every filler token's is 0) or
+            ``"random"`` (two drawn positions: exact only for a policy whose slot probabilities ignore the filler
+            before them, see `exact_advantages`; a language model's do not).
         render_mode: ``"ansi"`` or None.
     """
 
     def __init__(
-        self, tokenizer: Any = BUNDLED, *, max_new_tokens: int = 16, render_mode: str | None = None
+        self,
+        tokenizer: Any = BUNDLED,
+        *,
+        max_new_tokens: int = 16,
+        match: str = "digit",
+        layout: str = "lead",
+        render_mode: str | None = None,
     ) -> None:
+        if match not in MATCHES:
+            raise ValueError(f"Planted-v0: match must be one of {MATCHES}, got {match!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"Planted-v0: layout must be one of {LAYOUTS}, got {layout!r}")
+        self.match, self.layout = match, layout
         tok = resolve_tokenizer(tokenizer)
         super().__init__(tok, max_new_tokens=max_new_tokens, stop_token_ids=(), render_mode=render_mode)
         if self.max_new_tokens < 2:
@@ -172,8 +223,23 @@ class PlantedEnv(TokenEnv):
 
     @property
     def required_tokens(self) -> tuple[int, ...]:
-        """The token id each decisive slot must hold."""
+        """The digit token of each decisive slot: the one token it accepts (``"digit"``), or one of them."""
         return tuple(self.digit_ids[d] for d in self.current_task.digits)
+
+    def decisive_masks(self, vocab_size: int) -> np.ndarray:
+        """(K, V) bool: ``[k, v]`` is whether decisive slot k accepts token id v (V = ``vocab_size``, e.g. the
+        model's logits width)."""
+        ids = np.arange(vocab_size)
+        if self.match == "parity":
+            return np.stack([ids % 2 == r % 2 for r in self.required_tokens])
+        return np.stack([ids == r for r in self.required_tokens])
+
+    def slot_hits(self, response: Sequence[int]) -> list[bool]:
+        """Per decisive slot, whether ``response`` (token ids) fills it."""
+        return [
+            s < len(response) and accepted(response[s], r, self.match)
+            for s, r in zip(self.decisive_slots, self.required_tokens, strict=True)
+        ]
 
     @property
     def end_of_turn_id(self) -> int:
@@ -191,7 +257,7 @@ class PlantedEnv(TokenEnv):
     def _begin_episode(self, options: dict[str, Any] | None) -> tuple[list[int], dict[str, Any]]:
         task = (options or {}).get("task")
         if task is None:
-            task = PlantedTask.draw(self.np_random, self.max_new_tokens)
+            task = PlantedTask.draw(self.np_random, self.max_new_tokens, self.layout)
         elif not isinstance(task, PlantedTask):
             raise TypeError(f"options['task'] must be a PlantedTask, got {type(task).__name__}")
         elif task.slots[-1] >= self.max_new_tokens:
@@ -199,12 +265,13 @@ class PlantedEnv(TokenEnv):
                 f"options['task'] has slots {task.slots} outside a response of {self.max_new_tokens}"
             )
         self.task = task
-        return render_prompt(self.tokenizer, task.question), {"slots": task.slots, "question": task.question}
+        question = task.question(self.match)
+        return render_prompt(self.tokenizer, question), {"slots": task.slots, "question": question}
 
     def _end_turn(self, budget_exhausted: bool) -> TurnOutcome:
         response = self.response_tokens()
-        hits = [int(response[s]) == r for s, r in zip(self.decisive_slots, self.required_tokens, strict=True)]
-        reward = planted_reward(response, self.decisive_slots, self.required_tokens)
+        hits = self.slot_hits(response)
+        reward = planted_reward(response, self.decisive_slots, self.required_tokens, self.match)
         verdict = Verdict(score=reward, status="correct" if reward == 1.0 else "wrong")
         info = {"verdict": verdict, "status": verdict.status, "score": reward, "hits": hits}
         return TurnOutcome(reward=reward, terminated=True, info=info)

@@ -20,7 +20,9 @@ import torch
 from creditgym import credit
 from creditgym.credit import CreditBatch, CreditOutput, ProvidedBy
 
-credit.declare_signal("top2_margin", "(B, T) log p(top-1) - log p(top-2) of the distribution each token came from")
+credit.declare_signal(
+    "top2_margin", "(B, T) log p(top-1) - log p(top-2) of the distribution each token came from"
+)
 
 
 @dataclass(frozen=True)
@@ -59,4 +61,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     cfg = TrainConfig(credit="undecided", steps=args.steps, prompts_per_step=2, group_size=4, eval_episodes=4)
     summary = train(cfg, args.out)
-    print(f"undecided: {summary['steps']} steps, held-out accuracy {summary['eval_after']:.3f}, in {args.out}")
+    print(
+        f"undecided: {summary['steps']} steps, held-out accuracy {summary['eval_after']:.3f}, in {args.out}"
+    )

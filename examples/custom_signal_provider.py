@@ -21,7 +21,9 @@ from creditgym.agents.providers import StepContext, signal_provider
 @torch.no_grad()
 def margin(step: StepContext, params: Mapping[str, Any]) -> torch.Tensor:
     """(B, T): log p(top-1) - log p(top-2) of the distribution each policy token was sampled from, 0 elsewhere."""
-    logits = step.policy.model(input_ids=step.input_ids, attention_mask=step.attention_mask).logits  # (B, T, V)
+    logits = step.policy.model(
+        input_ids=step.input_ids, attention_mask=step.attention_mask
+    ).logits  # (B, T, V)
     top2 = torch.log_softmax(logits[:, :-1].float(), dim=-1).topk(2, dim=-1).values  # (B, T-1, 2)
     gap = torch.zeros(step.input_ids.shape, device=logits.device)  # token t is read off the logits at t - 1
     gap[:, 1:] = top2[..., 0] - top2[..., 1]

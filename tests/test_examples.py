@@ -319,10 +319,21 @@ def test_a_credit_module_and_its_signal_provider_of_your_own_train_from_outside_
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         rows = [json.loads(line) for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
-        assert 0 < rows[1]["credit/undecided/kept_frac"] < 0.5  # about the lowest 20% (ties at the threshold kept)
+        assert (
+            0 < rows[1]["credit/undecided/kept_frac"] < 0.5
+        )  # about the lowest 20% (ties at the threshold kept)
         assert rows[1]["actor/pg_loss"] is not None and rows[1]["time/signals_s"] > 0
     bad = subprocess.run(
-        [sys.executable, "-m", "creditgym.cli", "train", "--credit", "no_such_module:undecided", "--out", "x"],
+        [
+            sys.executable,
+            "-m",
+            "creditgym.cli",
+            "train",
+            "--credit",
+            "no_such_module:undecided",
+            "--out",
+            "x",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,

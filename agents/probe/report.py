@@ -344,6 +344,20 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         lines.append(f"| `{name}` | {cells} |")
     if nulls:
         lines += ["", _verdict(result["modules"], nulls, result.get("prompts", c["prompts"]))]
+    exact = result.get("exact")
+    if exact:
+        lines += [
+            "",
+            f"Against the exact truth (the env's reward reads known leading slots; {exact['nonzero_frac']:.3f} of "
+            f"tokens carry a nonzero true advantage, each exact to {exact.get('error_bound', 0):.0e}): the same "
+            "figures with the truth in A*'s place, the sampled A* itself first.",
+            "",
+            "| entry | within-response Spearman | pooled Pearson | decisive-token share | sign agreement |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, figs in exact["entries"].items():
+            cells = " | ".join(_cell(figs[k]) for k in FIGURES)
+            lines.append(f"| {name if name.startswith('A*') else f'`{name}`'} | {cells} |")
     controls = result.get("control", {})
     if controls:
         lines += [

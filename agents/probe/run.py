@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from creditgym.agents.probe.control import control_figures, oracle_advantages
+from creditgym.agents.probe.exact import exact_figures, exact_truth
 from creditgym.agents.probe.nulls import null_advantages
 from creditgym.agents.probe.progress import RolloutProgress
 from creditgym.agents.probe.reliability import ProbeRefused, grow_until_reliable, reliability
@@ -340,6 +341,14 @@ def run_probe(cfg: ProbeConfig, out: str | os.PathLike[str]) -> dict[str, Any]:
     t_credit = time.perf_counter()
     astar = est.token_advantages()
     figures = score(est, advantages, n_boot=cfg.bootstrap, seed=cfg.seed)
+    exact = exact_truth(episodes, policy)
+    if exact is not None:  # the env's reward reads known slots: score every entry, A* too, against the truth
+        truth, bound = exact
+        groups = [ep.group for ep in episodes]
+        nulls = null_advantages([ep.reward for ep in episodes], groups, [len(a) for a in astar], est.starts)
+        entries = {"A* (sampled)": astar, **advantages, **nulls}
+        figures["exact"] = exact_figures(truth, entries, groups=groups, n_boot=cfg.bootstrap, seed=cfg.seed)
+        figures["exact"]["error_bound"] = bound
     result = {
         "complete": True,
         "config": settings,

@@ -1,196 +1,311 @@
-"""Cheap credit against the exact truth: every registered module's advantages on one batch of
-``creditgym/Planted-v0`` (bundled tiny model), scored by the within-response Spearman with `exact_advantages`,
-with a 95% bootstrap interval that resamples prompts (the responses of a prompt share its task), and each
-module's step time (signals + module) relative to ``grpo``'s on the same batch:
+"""Cheap credit: every module against the exact truth (``creditgym/Planted-v0``) and against A* (the hard rubric,
+level-2 sums), for the bundled tiny model and SmolLM2-135M-Instruct, with each module's training-step time
+relative to ``grpo``'s.
 
-    python studies/scripts/cheap_credit.py            # writes studies/results/cheap-credit/table.json
-    python studies/scripts/cheap_credit.py --render   # only re-renders docs/study/cheap-credit.md
+    bash studies/results/cheap-credit/run.sh           # the probes (their commands and wall times are there)
+    python studies/scripts/cheap_credit.py time         # step times -> studies/results/cheap-credit/step-times.json
+    python studies/scripts/cheap_credit.py filler       # how far a filler token moves a slot (layout="random")
+    python studies/scripts/cheap_credit.py              # table.json and docs/study/cheap-credit.md from the files
 
-``vine`` runs with a step boundary every 4 tokens and K = 2 continuations: the Monte-Carlo reference line.
-Critic modules (gae, compo, pact) are scored with their untrained critics (step 0 of a run).
+The rubric and sums rows read the committed scale probes (``studies/results/scale``: the seed modules, ``vine``,
+the positive control and the null baselines; the critic modules from their warm-started rescoring) and, for the
+modules added since, their rescoring on the same batches and A* (``--reuse``, in this folder).
+
+Step time: one real optimizer step of ``Trainer.train_step`` (rollouts, signals, credit, the actor and critic
+updates) at the probe's batch size, from the same weights and so on the same batch every time (the weights are
+restored before each timed step), alternating with ``grpo``'s: the ratio of the medians of ``repeats`` timed steps
+each, after one untimed warm-up step.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-
-from creditgym.agents.probe.report import spearman
-from creditgym.agents.probe.run import module_credit, probe_batch
-from creditgym.agents.probe.setup import ProbeConfig, setup_probe
-from creditgym.agents.providers.base import RunContext, build_providers
-from creditgym.agents.study.compare import parse_entry
-from creditgym.credit import available, get
-from creditgym.envs.core import Source
-from creditgym.envs.planted import exact_advantages
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "studies" / "results" / "cheap-credit"
+SCALE = ROOT / "studies" / "results" / "scale"
 PAGE = ROOT / "docs" / "study" / "cheap-credit.md"
-ENV, MODEL = "creditgym/Planted-v0", "creditgym/tiny"
-VINE = "vine:every=4;k=2"
-COMMAND = "python studies/scripts/cheap_credit.py --prompts 8 --group 4 --boot 2000 --repeats 3"
+MODELS = {"creditgym/tiny": "tiny", "smollm2-135m": "smollm2"}
+TASKS = {
+    "planted": (
+        "creditgym/Planted-v0",
+        {"match": "parity"},
+        {"prompts_per_step": 8, "group_size": 4, "max_new_tokens": 16},
+    ),
+    "rubric-hard": (
+        "creditgym/Rubric-v0",
+        {"preset": "hard"},
+        {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 48},
+    ),
+    "sums": ("creditgym/Math-v0", {}, {"prompts_per_step": 8, "group_size": 4, "max_new_tokens": 48}),
+}
+PLANTED_VINE = (
+    "vine:every=4"  # Planted's parity tokens hold no delimiter: vine with a boundary every 4 tokens
+)
 FIELDS = ("module", "model", "task", "truth", "spearman", "ci_low", "ci_high", "step_time_vs_grpo")
+NEW = ("forking", "ktae", "prime")
 
 
-def exact_truth(episodes: list[Any], policy: Any) -> list[np.ndarray]:
-    """`exact_advantages` of each Planted episode: ``p_hit`` read from one teacher-forced pass of the response
-    with every decisive slot set to its required token (the filler as sampled)."""
-    prompts, forced, info = [], [], []
-    for ep in episodes:
-        env, led = ep.env, ep.env.ledger
-        start = int((led.source == Source.PROMPT).sum())
-        response = led.token_id[start:].tolist()
-        slots, required = env.decisive_slots, env.required_tokens
-        hit = [int(response[s]) == int(r) for s, r in zip(slots, required, strict=True)]
-        f = list(response)
-        for s, r in zip(slots, required, strict=True):
-            f[s] = int(r)
-        prompts.append(led.token_id[:start].tolist())
-        forced.append(f)
-        info.append((len(response), slots, hit))
-    with torch.no_grad():
-        lp = policy.logprobs(prompts, forced, return_entropy=False).logprobs.double().cpu().numpy()
-    return [
-        exact_advantages(n, slots, hit, np.exp(lp[row, list(slots)]).clip(0, 1))
-        for row, (n, slots, hit) in enumerate(info)
-    ]
+# -- step times -------------------------------------------------------------------------------------------------
 
 
-def clustered_interval(
-    per_response: np.ndarray, prompt_of: np.ndarray, *, n_boot: int, seed: int
-) -> tuple[float, float]:
-    """95% percentile interval of the mean of ``per_response`` (NaN left out), resampling prompts."""
-    prompts = np.unique(prompt_of)
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(n_boot):
-        pick = rng.choice(prompts, size=len(prompts), replace=True)
-        vals = np.concatenate([per_response[prompt_of == p] for p in pick])
-        vals = vals[~np.isnan(vals)]
-        if vals.size:
-            draws.append(vals.mean())
-    return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
+def _labels(task: str) -> list[str]:
+    from creditgym.credit import available
+
+    names = [
+        n for n in available() if not (task == "planted" and n == "cort")
+    ]  # Planted has no criteria block
+    return [PLANTED_VINE if task == "planted" and n == "vine" else n for n in names]
 
 
-def measure(prompts: int, group: int, n_boot: int, repeats: int, seed: int) -> dict[str, Any]:
-    labels = tuple(VINE if name == "vine" else name for name in available())
+def step_times(model: str, task: str, repeats: int, seed: int = 0) -> dict[str, Any]:
+    """Median seconds of a training step per module, each beside ``grpo``'s measured in alternation with it."""
+    import torch
+
+    from creditgym.agents.study.compare import parse_entry
+    from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.trainer import Trainer
+
+    env_id, env_kwargs, sizes = TASKS[task]
+
+    def trainer(label: str, folder: str) -> tuple[Trainer, dict[str, torch.Tensor]]:
+        entry = parse_entry(label)
+        cfg = TrainConfig(
+            env_id=env_id,
+            env_kwargs=env_kwargs,
+            model=model,
+            credit=entry.module,
+            credit_kwargs=dict(entry.kwargs),
+            seed=seed,
+            steps=10,
+            eval_episodes=2,
+            **sizes,
+        )
+        tr = Trainer(cfg, Path(folder) / entry.module)
+        return tr, {k: v.detach().clone() for k, v in tr.policy.model.state_dict().items()}
+
+    def timed(tr: Trainer, weights: dict[str, torch.Tensor]) -> float:
+        tr.policy.model.load_state_dict(weights)  # the same weights, hence the same batch, every time
+        t0 = time.perf_counter()
+        tr.train_step()
+        return time.perf_counter() - t0
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        base, base_w = trainer("grpo", folder)
+        timed(base, base_w)  # warm-up
+        for label in _labels(task):
+            if label == "grpo":
+                continue
+            tr, w = trainer(label, folder)
+            timed(tr, w)  # warm-up: first-call costs are not a step's cost
+            mod, ref = [], []
+            for _ in range(1 if label.startswith("vine") else repeats):
+                ref.append(timed(base, base_w))
+                mod.append(timed(tr, w))
+            out[label] = {
+                "step_s": statistics.median(mod),
+                "grpo_step_s": statistics.median(ref),
+                "ratio": statistics.median(mod) / statistics.median(ref),
+                "repeats": len(mod),
+            }
+            print(f"{MODELS[model]} {task} {label}: {out[label]['ratio']:.2f} x grpo", flush=True)
+            del tr
+    out["grpo"] = {"step_s": None, "grpo_step_s": None, "ratio": 1.0, "repeats": 0}
+    return out
+
+
+# -- how far filler moves a slot ----------------------------------------------------------------------------------
+
+
+def filler_effect(model: str = "creditgym/tiny", prompts: int = 4, group: int = 16) -> dict[str, Any]:
+    """With ``layout="random"``, the spread over one prompt's responses of the policy's probability of filling the
+    first slot (the tokens before it differ): 0 if filler did not matter, as `exact_advantages` assumes."""
+    from creditgym.agents.probe.exact import SlotValues
+    from creditgym.agents.probe.run import probe_batch
+    from creditgym.agents.probe.setup import ProbeConfig, setup_probe
+    from creditgym.envs.core import Source
+
     cfg = ProbeConfig(
-        env_id=ENV,
-        model=MODEL,
+        env_id="creditgym/Planted-v0",
+        env_kwargs={"match": "parity", "layout": "random"},
+        model=model,
         credit=("grpo",),
         prompts=prompts,
         group=group,
         k=2,
         target=None,
-        temperature=1.0,
-        top_p=1.0,
-        seed=seed,
-        device="cpu",
+        seed=0,
         bootstrap=0,
     )
     setup = setup_probe(cfg)
-    episodes = probe_batch(setup, cfg)
-    truth = exact_truth(episodes, setup.policy)
-    prompt_of = np.array([ep.group for ep in episodes])
-    rows, times, skipped = [], {}, {}
-    for label in labels:
-        entry = parse_entry(label)
-        module = get(entry.module)
-        credit_cfg = module.make_config(dict(entry.kwargs))
-        run = dataclasses.replace(setup.run, credit=entry.module, credit_kwargs=dict(entry.kwargs))
-        try:
-            providers = build_providers(
-                RunContext(run, setup.policy, setup.env, setup.env_id), module, credit_cfg
-            )
-        except ValueError as e:  # a signal this env cannot give (cort's counterfactual prompt)
-            skipped[module.name] = str(e).split(": ", 1)[-1].split(";")[0]
-            continue
-        spent = []
-        for r in range(1 if module.name == "vine" else repeats):
-            t0 = time.perf_counter()
-            adv, _ = module_credit(
-                module, credit_cfg, providers, episodes, setup.policy, step=0, total_steps=1, seed=seed + r
-            )
-            spent.append(time.perf_counter() - t0)
-        times[module.name] = statistics.median(spent)
-        per = np.array([spearman(a, y) if np.ptp(y) > 0 else np.nan for a, y in zip(adv, truth, strict=True)])
-        lo, hi = clustered_interval(per, prompt_of, n_boot=n_boot, seed=seed)
-        rows.append({"module": module.name, "spearman": float(np.nanmean(per)), "ci_low": lo, "ci_high": hi})
-    table = [
-        {
-            "module": r["module"],
-            "model": MODEL,
-            "task": ENV,
-            "truth": "exact",
-            "spearman": round(r["spearman"], 4),
-            "ci_low": round(r["ci_low"], 4),
-            "ci_high": round(r["ci_high"], 4),
-            "step_time_vs_grpo": round(times[r["module"]] / times["grpo"], 3),
-        }
-        for r in rows
-    ]
-    reward = float(np.mean([ep.reward for ep in episodes]))
+    spread = {}
+    for ep in probe_batch(setup, cfg):
+        led = ep.env.ledger
+        start = int((np.asarray(led.source) == Source.PROMPT).sum())
+        ids = [int(t) for t in led.token_id]
+        s0 = ep.env.decisive_slots[0]
+        width = int(setup.policy.model.get_output_embeddings().weight.shape[0])
+        masks = ep.env.decisive_masks(width)[:1]
+        p = SlotValues(setup.policy, masks).value(ids[: start + s0], 0)[0]  # the last slot of one: its mass
+        spread.setdefault(ep.group, []).append(p)
     return {
-        "rows": table,
-        "skipped": skipped,
-        "responses": len(episodes),
-        "prompts": prompts,
-        "group": group,
-        "reward_mean": reward,
+        "model": model,
+        "per_prompt": [
+            {"mean": float(np.mean(v)), "sd": float(np.std(v)), "n": len(v)} for v in spread.values()
+        ],
+        "command": "python studies/scripts/cheap_credit.py filler",
     }
+
+
+# -- the table --------------------------------------------------------------------------------------------------
+
+
+def _probe(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _row(
+    module: str, model: str, task: str, truth: str, fig: dict[str, Any], ratio: float | None
+) -> dict[str, Any]:
+    ci = fig.get("ci") or [None, None]
+    return {
+        "module": module,
+        "model": model,
+        "task": task,
+        "truth": truth,
+        "spearman": fig["value"],
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "step_time_vs_grpo": ratio,
+    }
+
+
+def _ratio(times: dict[str, Any], model: str, task: str, module: str) -> float | None:
+    t = times.get(f"{MODELS[model]}/{task}", {})
+    entry = t.get(module) or t.get(module.split(":")[0]) or {}
+    return None if entry.get("ratio") is None else round(entry["ratio"], 3)
+
+
+def _mc_sources(short: str, task: str) -> list[tuple[Path, tuple[str, ...] | None]]:
+    """The probe files of one (model, task) and which of their modules each gives (None: every one)."""
+    scale_task = {"rubric-hard": "rubric", "sums": "sums"}[task]
+    return [
+        (SCALE / f"{short}-{scale_task}" / "probe.json", None),
+        (SCALE / f"{short}-{scale_task}-warm" / "probe.json", ("gae", "compo", "pact")),
+        (OUT / f"{short}-{task}" / "probe.json", NEW),
+    ]
+
+
+def table() -> dict[str, Any]:
+    times = json.loads((OUT / "step-times.json").read_text()) if (OUT / "step-times.json").exists() else {}
+    rows, batches = [], {}
+    for model, short in MODELS.items():
+        planted = _probe(OUT / f"{short}-planted" / "probe.json")
+        batches[f"{short}/planted"] = {**planted["batch"], "error_bound": planted["exact"]["error_bound"]}
+        for name, fig in planted["modules"].items():
+            rows.append(
+                _row(name, model, "planted", "mc", fig["spearman"], _ratio(times, model, "planted", name))
+            )
+        for name, fig in planted["nulls"].items():
+            rows.append(_row(name, model, "planted", "mc", fig["spearman"], None))
+        for name, fig in planted["exact"]["entries"].items():
+            ratio = None if name.startswith(("A*", "null:")) else _ratio(times, model, "planted", name)
+            rows.append(_row(name, model, "planted", "exact", fig["spearman"], ratio))
+        for task in ("rubric-hard", "sums"):
+            seen = set()
+            for path, only in reversed(_mc_sources(short, task)):  # the newest scoring of a module wins
+                result = _probe(path)
+                batches.setdefault(f"{short}/{task}", result["batch"])
+                entries = {**result["modules"], **(result.get("nulls", {}) if only is None else {})}
+                for name, fig in entries.items():
+                    if (only is not None and name not in only) or name in seen:
+                        continue
+                    seen.add(name)
+                    ratio = None if name.startswith(("null:", "oracle")) else _ratio(times, model, task, name)
+                    rows.append(_row(name, model, task, "mc", fig["spearman"], ratio))
+    return {"fields": list(FIELDS), "rows": rows, "batches": batches, "step_times": times}
+
+
+def _f(x: float | None, fmt: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, fmt)
 
 
 def render(data: dict[str, Any]) -> str:
     """The docs page of ``table.json``."""
+    walls = (
+        (OUT / "wall-times.txt").read_text().strip().splitlines() if (OUT / "wall-times.txt").exists() else []
+    )
+    filler = json.loads((OUT / "filler.json").read_text()) if (OUT / "filler.json").exists() else None
     lines = [
-        "# Cheap credit against the exact truth",
+        "# Cheap credit: against the exact truth and against A*",
         "",
-        "Every registered credit module on one batch of `creditgym/Planted-v0` (the bundled tiny model, "
-        f"{data['prompts']} prompts x {data['group']} responses, mean reward {data['reward_mean']:.3f}), scored by "
-        "the within-response Spearman of its advantages with the exact advantage of every token "
-        "([`exact_advantages`](../envs/planted.md)). Intervals: 95% bootstrap resampling prompts. Step time: the "
-        "module's signals and advantages on the batch, divided by `grpo`'s (median of repeats; `vine` once). "
-        "`vine` (a boundary every 4 tokens, K = 2) is the Monte-Carlo reference line; the critic modules score "
-        "with untrained critics.",
+        "Every credit module's within-response Spearman with the truth: the **exact** truth on "
+        '[`creditgym/Planted-v0`](../envs/planted.md) (`match="parity"`, the two decisive slots leading the '
+        "response, 16 tokens; [how it is computed](../probe.md#against-the-exact-truth)), and the Monte-Carlo "
+        "A* (**mc**) there and on the hard rubric and level-2 sums, for the bundled tiny model and "
+        "SmolLM2-135M-Instruct, all on batches sampled before any training. Intervals: the probe's 95% "
+        "percentile bootstrap clustered by prompt (not corrected for the number of rows: read a row's interval "
+        "against its own table's nulls). Step time: one real training step at the probe's batch size, divided "
+        "by `grpo`'s measured in alternation with it (`python studies/scripts/cheap_credit.py time`). Critic "
+        "modules (`gae`, `compo`, `pact`) are untrained on Planted and warmed up 4 steps on the rubric and sums "
+        "(as in [Across model scale](scale.md)); `vine` is the Monte-Carlo reference line, not a cheap module.",
         "",
-        "| module | Spearman with the exact truth | 95% CI | step time vs grpo |",
-        "|---|---|---|---|",
     ]
-    for r in data["rows"]:
-        lines.append(
-            f"| `{r['module']}` | {r['spearman']:.3f} | [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | "
-            f"{r['step_time_vs_grpo']:.2f} |"
-        )
-    for name, why in data["skipped"].items():
-        lines.append(f"| `{name}` | not run: {why} | | |")
+    for model, short in MODELS.items():
+        for task in ("planted", "rubric-hard", "sums"):
+            b = data["batches"].get(f"{short}/{task}")
+            if b is None:
+                continue
+            truths = ("exact", "mc") if task == "planted" else ("mc",)
+            head = " | ".join(f"Spearman with the {t} truth" for t in truths)
+            lines += [
+                f"**{short}, {task}** ({b['responses']} responses, mean reward {b['reward_mean']:.2f}, "
+                f"K = {b['k']}" + (f", exact to {b['error_bound']:.0e}" if task == "planted" else "") + ")",
+                "",
+                f"| entry | {head} | step time vs grpo |",
+                "|---|" + "---:|" * len(truths) + "---:|",
+            ]
+            cells: dict[str, dict[str, dict[str, Any]]] = {}
+            for r in data["rows"]:
+                if r["model"] == model and r["task"] == task:
+                    cells.setdefault(r["module"], {})[r["truth"]] = r
+            for name, by in cells.items():
+                shown = []
+                for t in truths:
+                    r = by.get(t)
+                    shown.append(
+                        "" if r is None else f"{_f(r['spearman'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]"
+                    )
+                ratio = next((r["step_time_vs_grpo"] for r in by.values() if r["step_time_vs_grpo"]), None)
+                label = name if name.startswith("A*") else f"`{name}`"
+                lines.append(f"| {label} | {' | '.join(shown)} | {_f(ratio, '.2f')} |")
+            lines.append("")
+    if filler:
+        sds = ", ".join(f"{p['sd']:.2f}" for p in filler["per_prompt"])
+        lines += [
+            'Why the slots lead the response: with `layout="random"` the tokens before a slot move its '
+            f"probability. On the bundled model, the standard deviation of the first slot's probability over "
+            f"each prompt's {filler['per_prompt'][0]['n']} responses is {sds} (`{filler['command']}`): "
+            "no truth that sets the filler's advantage to 0 holds there.",
+            "",
+        ]
     lines += [
+        "Reproduce (CPU): `bash studies/results/cheap-credit/run.sh`, then "
+        "`python studies/scripts/cheap_credit.py time` and `python studies/scripts/cheap_credit.py`. Wall times "
+        "of the probes on two shared cores:",
         "",
-        "Outcome-broadcast modules (`grpo`, `rloo`) are flat within a response and score 0 by construction.",
-        "",
-        "How to read this batch: the untrained tiny model almost never writes both planted digits, so when every "
-        "reward of a group is equal every group-relative module (`forking`, `ktae`, `prime`'s outcome part, the "
-        "critics' untrained heads aside) gives 0 and scores 0, and `vine`'s continuations see the same zero "
-        "rewards. `prime` at step 0 compares the sampler's log-probs with a teacher-forced pass of the same "
-        "weights: its nonzero figure comes from float differences between the two, not from a signal. The "
-        "testbed separates modules only on a policy that hits the slots some of the time (a trained checkpoint).",
-        "",
-        "Reproduce (CPU):",
-        "",
-        "```bash",
-        data["command"],
+        "```text",
+        *walls,
         "```",
-        "",
-        f"Wall time: {data['wall_s']:.0f} s on two shared CPU cores. Data: "
-        "`studies/results/cheap-credit/table.json`.",
         "",
     ]
     return "\n".join(lines)
@@ -198,22 +313,26 @@ def render(data: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--render", action="store_true", help="only re-render the page from table.json")
+    ap.add_argument("what", nargs="?", default="table", choices=("table", "time", "filler"))
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per module (vine: 1)")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma list (time)")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="comma list (time)")
     args = ap.parse_args()
-    if not args.render:
-        torch.manual_seed(args.seed)
-        t0 = time.perf_counter()
-        data = measure(args.prompts, args.group, args.boot, args.repeats, args.seed)
-        data["wall_s"] = round(time.perf_counter() - t0, 1)
-        data["command"] = COMMAND
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / "table.json").write_text(json.dumps(data, indent=1) + "\n")
-    data = json.loads((OUT / "table.json").read_text())
+    if args.what == "time":
+        path = OUT / "step-times.json"
+        times = json.loads(path.read_text()) if path.exists() else {}
+        for model in args.models.split(","):
+            for task in args.tasks.split(","):
+                t0 = time.perf_counter()
+                times[f"{MODELS[model]}/{task}"] = step_times(model, task, args.repeats)
+                times[f"{MODELS[model]}/{task}"]["wall_s"] = round(time.perf_counter() - t0, 1)
+                path.write_text(json.dumps(times, indent=1) + "\n")
+        return
+    if args.what == "filler":
+        (OUT / "filler.json").write_text(json.dumps(filler_effect(), indent=1) + "\n")
+        return
+    data = table()
+    (OUT / "table.json").write_text(json.dumps(data, indent=1) + "\n")
     PAGE.write_text(render(data))
     print(PAGE.read_text())
 

@@ -143,3 +143,44 @@ def test_exact_advantages_reject_bad_inputs() -> None:
         exact_advantages(4, [0, 1], [True, True], [1.5, 0.5])
     with pytest.raises(ValueError, match="one length"):
         exact_advantages(4, [0, 1], [True], [0.5, 0.5])
+
+
+# -- options: what a slot accepts, where the slots are ---------------------------------------------------------
+
+
+def test_the_default_layout_puts_the_slots_first_and_random_draws_them() -> None:
+    lead, drawn = PlantedEnv(max_new_tokens=L), PlantedEnv(max_new_tokens=L, layout="random")
+    seen = set()
+    for seed in range(20):
+        lead.reset(seed=seed)
+        drawn.reset(seed=seed)
+        assert lead.decisive_slots == (0, 1)
+        assert (lead.current_task.a, lead.current_task.b) == (drawn.current_task.a, drawn.current_task.b)
+        seen.add(drawn.decisive_slots)
+    assert len(seen) > 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), response=st.lists(st.integers(0, 2047), min_size=L, max_size=L))
+def test_a_parity_slot_accepts_any_token_of_its_parity(seed: int, response: list[int]) -> None:
+    env = PlantedEnv(max_new_tokens=L, match="parity")
+    env.reset(seed=seed)
+    masks = env.decisive_masks(2048)
+    hits = env.slot_hits(response)
+    assert hits == [bool(masks[k, response[s]]) for k, s in enumerate(env.decisive_slots)]
+    assert hits == [
+        response[s] % 2 == r % 2 for s, r in zip(env.decisive_slots, env.required_tokens, strict=True)
+    ]
+    assert _episode(env, response) == float(all(hits))
+    assert masks.sum(1).tolist() == [1024, 1024]  # half of every vocabulary
+    digit = PlantedEnv(max_new_tokens=L)
+    digit.reset(seed=seed)
+    assert digit.decisive_masks(2048).sum(1).tolist() == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"match": "odd"}, "match must be one of"), ({"layout": "x"}, "layout")]
+)
+def test_unknown_options_are_refused(kwargs: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PlantedEnv(max_new_tokens=L, **kwargs)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Cheap credit (issue 54), as it ran on a 2-core CPU, one job at a time. Then:
+#   python studies/scripts/cheap_credit.py time     # step times of every module vs grpo's (step-times.json)
+#   python studies/scripts/cheap_credit.py          # table.json and docs/study/cheap-credit.md from the files here
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+export OMP_NUM_THREADS=2
+o=studies/results/cheap-credit
+s=studies/results/scale
+every=grpo,rloo,forking,ktae,prime,cast,gae,compo,pact,vine:every=4,oracle:noise=0.5  # cort: Planted has no criteria
+planted=(--env creditgym/Planted-v0 --env-kw match='"parity"' --every 1 --prompts 8 --group 4 --k 8 --max-k 64)
+t() { local s0; s0=$(date +%s); creditgym probe "$@" > /dev/null; echo "$* : $(( $(date +%s) - s0 )) s" >> $o/wall-times.txt; }
+
+# 1. the exact testbed: every module, the nulls and the positive control against the exact truth and against A*
+t "${planted[@]}" --model creditgym/tiny --credit $every --out $o/tiny-planted
+t "${planted[@]}" --model smollm2-135m --credit $every --out $o/smollm2-planted
+
+# 2. the new modules on the batches (and A*) of the scale probes: the hard rubric and level-2 sums, both models
+new=grpo,forking,ktae,prime
+rubric=(--env creditgym/Rubric-v0 --env-kw preset='"hard"' --prompts 4 --group 4 --k 8)
+sums=(--env creditgym/Math-v0 --prompts 8 --group 4 --k 8)
+t "${rubric[@]}" --model creditgym/tiny --max-k 32 --credit $new --reuse $s/tiny-rubric/probe.json --out $o/tiny-rubric
+t "${rubric[@]}" --model smollm2-135m --max-k 36 --target 0.3 --credit $new --reuse $s/smollm2-rubric/probe.json \
+  --out $o/smollm2-rubric
+t "${sums[@]}" --model creditgym/tiny --max-k 128 --credit $new --reuse $s/tiny-sums/probe.json --out $o/tiny-sums
+t "${sums[@]}" --model smollm2-135m --max-k 64 --target none --credit $new --reuse $s/smollm2-sums/probe.json \
+  --out $o/smollm2-sums
