@@ -51,6 +51,10 @@ PLANTED_VINE = (
     "vine:every=4"  # Planted's parity tokens hold no delimiter: vine with a boundary every 4 tokens
 )
 FIELDS = ("module", "model", "task", "truth", "spearman", "ci_low", "ci_high", "step_time_vs_grpo")
+EXTRA = (
+    "pearson",
+    "decisive_share",
+)  # beside each row: with a truth that is 0 on most tokens, ties blunt Spearman
 NEW = ("forking", "ktae", "prime")
 
 
@@ -66,15 +70,25 @@ def _labels(task: str) -> list[str]:
     return [PLANTED_VINE if task == "planted" and n == "vine" else n for n in names]
 
 
-def step_times(model: str, task: str, repeats: int, seed: int = 0) -> dict[str, Any]:
-    """Median seconds of a training step per module, each beside ``grpo``'s measured in alternation with it."""
+def step_times(
+    model: str,
+    task: str,
+    repeats: int,
+    seed: int = 0,
+    labels: list[str] | None = None,
+    sizes: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Median seconds of a training step per module (``labels``, default every one the task can run), each beside
+    ``grpo``'s measured in alternation with it. ``same_batch``: every timed step of the module saw one batch (the
+    same mean reward and token count), as restoring the weights before each step means it should."""
     import torch
 
     from creditgym.agents.study.compare import parse_entry
     from creditgym.agents.train.config import TrainConfig
     from creditgym.agents.train.trainer import Trainer
 
-    env_id, env_kwargs, sizes = TASKS[task]
+    env_id, env_kwargs, task_sizes = TASKS[task]
+    sizes = {**task_sizes, **(sizes or {})}
 
     def trainer(label: str, folder: str) -> tuple[Trainer, dict[str, torch.Tensor]]:
         entry = parse_entry(label)
@@ -92,34 +106,45 @@ def step_times(model: str, task: str, repeats: int, seed: int = 0) -> dict[str, 
         tr = Trainer(cfg, Path(folder) / entry.module)
         return tr, {k: v.detach().clone() for k, v in tr.policy.model.state_dict().items()}
 
-    def timed(tr: Trainer, weights: dict[str, torch.Tensor]) -> float:
+    seen: dict[str, set[tuple[float, float]]] = {}
+
+    def timed(tr: Trainer, weights: dict[str, torch.Tensor], key: str) -> float:
         tr.policy.model.load_state_dict(weights)  # the same weights, hence the same batch, every time
         t0 = time.perf_counter()
-        tr.train_step()
-        return time.perf_counter() - t0
+        metrics = tr.train_step()
+        spent = time.perf_counter() - t0
+        seen.setdefault(key, set()).add((metrics["rollout/reward"], metrics["rollout/response_tokens"]))
+        return spent
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         base, base_w = trainer("grpo", folder)
-        timed(base, base_w)  # warm-up
-        for label in _labels(task):
+        timed(base, base_w, "grpo")  # warm-up
+        for label in labels or _labels(task):
             if label == "grpo":
                 continue
             tr, w = trainer(label, folder)
-            timed(tr, w)  # warm-up: first-call costs are not a step's cost
+            timed(tr, w, label)  # warm-up: first-call costs are not a step's cost
             mod, ref = [], []
             for _ in range(1 if label.startswith("vine") else repeats):
-                ref.append(timed(base, base_w))
-                mod.append(timed(tr, w))
+                ref.append(timed(base, base_w, "grpo"))
+                mod.append(timed(tr, w, label))
             out[label] = {
                 "step_s": statistics.median(mod),
                 "grpo_step_s": statistics.median(ref),
                 "ratio": statistics.median(mod) / statistics.median(ref),
                 "repeats": len(mod),
+                "same_batch": len(seen[label]) == 1,
             }
             print(f"{MODELS[model]} {task} {label}: {out[label]['ratio']:.2f} x grpo", flush=True)
             del tr
-    out["grpo"] = {"step_s": None, "grpo_step_s": None, "ratio": 1.0, "repeats": 0}
+    out["grpo"] = {
+        "step_s": None,
+        "grpo_step_s": None,
+        "ratio": 1.0,
+        "repeats": 0,
+        "same_batch": len(seen["grpo"]) == 1,
+    }
     return out
 
 
@@ -216,10 +241,10 @@ def table() -> dict[str, Any]:
                 _row(name, model, "planted", "mc", fig["spearman"], _ratio(times, model, "planted", name))
             )
         for name, fig in planted["nulls"].items():
-            rows.append(_row(name, model, "planted", "mc", fig["spearman"], None))
+            rows.append(_row(name, model, "planted", "mc", fig, None))
         for name, fig in planted["exact"]["entries"].items():
             ratio = None if name.startswith(("A*", "null:")) else _ratio(times, model, "planted", name)
-            rows.append(_row(name, model, "planted", "exact", fig["spearman"], ratio))
+            rows.append(_row(name, model, "planted", "exact", fig, ratio))
         for task in ("rubric-hard", "sums"):
             seen = set()
             for path, only in reversed(_mc_sources(short, task)):  # the newest scoring of a module wins
@@ -231,16 +256,52 @@ def table() -> dict[str, Any]:
                         continue
                     seen.add(name)
                     ratio = None if name.startswith(("null:", "oracle")) else _ratio(times, model, task, name)
-                    rows.append(_row(name, model, task, "mc", fig["spearman"], ratio))
-    return {"fields": list(FIELDS), "rows": rows, "batches": batches, "step_times": times}
+                    rows.append(_row(name, model, task, "mc", fig, ratio))
+    return {"fields": [*FIELDS, *EXTRA], "rows": rows, "batches": batches, "step_times": times}
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
+def target(data: dict[str, Any], model: str = "smollm2-135m", task: str = "rubric-hard") -> list[str]:
+    """The target's verdict, module by module: a step at most 1.5 x grpo's, a Spearman with A* at least half of
+    ``vine``'s and above the best null's, its interval clear of both."""
+    rows = {
+        r["module"]: r for r in data["rows"] if (r["model"], r["task"], r["truth"]) == (model, task, "mc")
+    }
+    vine = next(r for name, r in rows.items() if name.startswith("vine"))
+    half = vine["spearman"] / 2
+    nulls = {n: r for n, r in rows.items() if n.startswith("null:")}
+    best_null, null_row = max(nulls.items(), key=lambda kv: kv[1]["spearman"])
+    bar = max(half, null_row["spearman"])
+    out = [
+        f"The target, on {MODELS[model]} and the {task} task: `vine` {vine['spearman']:.3f}, so at least "
+        f"{half:.3f}; the best null is `{best_null}` at {null_row['spearman']:.3f}; a step at most 1.5 x grpo's.",
+        "",
+    ]
+    for name, r in rows.items():
+        if name.startswith(("null:", "oracle", "vine")) or name == "grpo":
+            continue
+        ratio = r["step_time_vs_grpo"]
+        cheap_enough = ratio is not None and ratio <= 1.5
+        clear = r["ci_low"] is not None and r["ci_low"] > bar
+        verdict = "meets it" if cheap_enough and clear else "falls short"
+        why = []
+        if not cheap_enough:
+            why.append(
+                "its step costs " + ("an unmeasured amount" if ratio is None else f"{ratio:.2f} x grpo's")
+            )
+        if not clear:
+            why.append(f"its interval [{_f(r['ci_low'])}, {_f(r['ci_high'])}] is not clear of {bar:.3f}")
+        out.append(
+            f"- `{name}` {_f(r['spearman'])}: {verdict}" + (f" ({'; '.join(why)})" if why else "") + "."
+        )
+    return out
+
+
 def render(data: dict[str, Any]) -> str:
-    """The docs page of ``table.json``."""
+    """The docs page of ``table.json`` (and, after the generated part, ``notes.md`` of the results folder)."""
     walls = (
         (OUT / "wall-times.txt").read_text().strip().splitlines() if (OUT / "wall-times.txt").exists() else []
     )
@@ -267,12 +328,14 @@ def render(data: dict[str, Any]) -> str:
                 continue
             truths = ("exact", "mc") if task == "planted" else ("mc",)
             head = " | ".join(f"Spearman with the {t} truth" for t in truths)
+            if task == "planted":
+                head += " | Pearson (exact, pooled) | decisive-token share (exact)"
             lines += [
                 f"**{short}, {task}** ({b['responses']} responses, mean reward {b['reward_mean']:.2f}, "
                 f"K = {b['k']}" + (f", exact to {b['error_bound']:.0e}" if task == "planted" else "") + ")",
                 "",
                 f"| entry | {head} | step time vs grpo |",
-                "|---|" + "---:|" * len(truths) + "---:|",
+                "|---|" + "---:|" * (len(truths) + (2 if task == "planted" else 0)) + "---:|",
             ]
             cells: dict[str, dict[str, dict[str, Any]]] = {}
             for r in data["rows"]:
@@ -285,6 +348,9 @@ def render(data: dict[str, Any]) -> str:
                     shown.append(
                         "" if r is None else f"{_f(r['spearman'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]"
                     )
+                if task == "planted":
+                    ex = by.get("exact", {})
+                    shown += [_f(ex.get("pearson")), _f(ex.get("decisive_share"))]
                 ratio = next((r["step_time_vs_grpo"] for r in by.values() if r["step_time_vs_grpo"]), None)
                 label = name if name.startswith("A*") else f"`{name}`"
                 lines.append(f"| {label} | {' | '.join(shown)} | {_f(ratio, '.2f')} |")
@@ -298,6 +364,11 @@ def render(data: dict[str, Any]) -> str:
             "no truth that sets the filler's advantage to 0 holds there.",
             "",
         ]
+    if any(r["task"] == "rubric-hard" and r["model"] == "smollm2-135m" for r in data["rows"]):
+        lines += ["## The target", "", *target(data), ""]
+    notes = OUT / "notes.md"
+    if notes.exists():
+        lines += [notes.read_text().strip(), ""]
     lines += [
         "Reproduce (CPU): `bash studies/results/cheap-credit/run.sh`, then "
         "`python studies/scripts/cheap_credit.py time` and `python studies/scripts/cheap_credit.py`. Wall times "
