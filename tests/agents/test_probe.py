@@ -599,7 +599,7 @@ def test_probe_benchmark_runs_with_a_tiny_budget(tmp_path: Path) -> None:
     assert "vine step / grpo step" in res.stdout and "load average" in res.stdout
 
 
-#: probe folders that score every module (the rest probe one module beside grpo, issue 13's before/after)
+#: probe folders that score every module (the rest probe one module beside grpo: a module before and after a change)
 EVERY_MODULE = ("chains-tiny-", "hard-tiny-", "chains-gae20-", "easy-tiny")
 
 
