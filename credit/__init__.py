@@ -44,6 +44,7 @@ from creditgym.credit.ktae import KTAEConfig
 from creditgym.credit.pact import PACTConfig
 from creditgym.credit.prime import PRIMEConfig
 from creditgym.credit.rloo import RLOOConfig
+from creditgym.credit.vine import VineConfig
 
 __all__ = [
     "CREDIT",
@@ -65,6 +66,7 @@ __all__ = [
     "ProvidedBy",
     "RLOOConfig",
     "UnknownCreditModuleError",
+    "VineConfig",
     "advantage_metrics",
     "available",
     "cast",

@@ -64,24 +64,11 @@ __all__ = [
 ENTRY_POINT_GROUP = "creditgym.credit"
 
 _SIGNALS: dict[str, str] = {
-    "counterfactual_logprobs": "(B, T) log-probs of the sampled tokens replayed under the counterfactual "
-    "prompt (CoRT: the rubric-free prompt), teacher-forced, no grad",
-    "teacher_logprobs": "(B, T) log-probs of the sampled tokens under a stop-gradient teacher (CAST)",
-    "attention_stats": "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
-    "(CompPO: concentration in [0, 1])",
     "values": "(B, T) critic values V(s_t); carried by CreditBatch.values, not by CreditBatch.signals",
-    "mc_values": "(B, T, 2) Monte-Carlo values around the step holding each policy token: [..., 0] = V(prefix "
-    "before the step), [..., 1] = V(prefix after it), each the mean reward of K continuations sampled from that "
-    "prefix; after the last step, the response's reward (VinePPO)",
-    "token_entropy": "(B, T) entropy (nats) of the behaviour policy's next-token distribution that each sampled "
-    "token was drawn from, no grad (forking tokens)",
-    "token_ids": "(B, T) integer vocabulary ids of the sampled tokens (KTAE's per-token group statistics)",
-    "reference_logprobs": "(B, T) log-probs of the sampled tokens under a frozen copy of the initial policy, "
-    "teacher-forced, no grad (PRIME's reference model)",
 }
-#: The vocabulary of extra inputs a module may declare, with their meaning (read-only view; `declare_signal` adds
-#: to it). Every signal tensor has shape (B, T, ...) aligned with ``old_logprobs`` and is read only where
-#: ``policy_mask`` is True.
+#: The vocabulary of extra inputs a module may declare, with their meaning (read-only view): the contract's own
+#: ``values``, and each other signal as `declare_signal` makes it, in the file of the module that owns it. Every
+#: signal tensor has shape (B, T, ...) aligned with ``old_logprobs`` and is read only where ``policy_mask`` is True.
 SIGNALS: Mapping[str, str] = MappingProxyType(_SIGNALS)
 
 
@@ -329,6 +316,7 @@ class CreditModule(Generic[ConfigT]):
     provider takes (`ProvidedBy`). ``actor_loss`` is the policy loss of the module's paper (``"ppo"``, the clipped
     surrogate, or ``"dis"``, PACT's): a trainer uses it when its run names none. ``group_relative``: the
     module's advantage is centred on the group (0 for a group of one), so a trainer refuses a group size of 1.
+    ``unread``: ``fn(cfg)`` -> the declared signals the module leaves unread under ``cfg`` (`signals_read`).
     """
 
     name: str
@@ -339,6 +327,12 @@ class CreditModule(Generic[ConfigT]):
     provided_by: Mapping[str, ProvidedBy] = field(default_factory=dict)
     actor_loss: str = "ppo"
     group_relative: bool = False
+    unread: Callable[[ConfigT], Sequence[str]] | None = None
+
+    def signals_read(self, cfg: ConfigT) -> tuple[str, ...]:
+        """The declared signals the module reads under ``cfg`` (an adapter may pass zeros for the others)."""
+        skipped = set(self.unread(cfg)) if self.unread is not None else set()
+        return tuple(s for s in self.signals if s not in skipped)
 
     @property
     def signal_params(self) -> dict[str, tuple[str, ...]]:
@@ -421,6 +415,7 @@ def register(
     critic: bool = False,
     actor_loss: str = "ppo",
     group_relative: bool = False,
+    unread: Callable[[ConfigT], Sequence[str]] | None = None,
 ) -> Callable[[CreditFn[ConfigT]], CreditFn[ConfigT]]:
     """Decorator: registers ``fn(batch, cfg) -> CreditOutput`` under ``name`` (file name = key = CLI value).
 
@@ -437,6 +432,8 @@ def register(
             sampling, or one of ``creditgym.agents.train.loss.register_loss``'s (checked when a run resolves it).
         group_relative: True when the advantage is centred on the group (GRPO, RLOO and the modules built on
             them): a response alone in its group gets 0, so a trainer refuses a group size of 1.
+        unread: ``fn(cfg)`` -> the declared signals the module provably ignores under ``cfg`` (None: it reads
+            them all); an adapter that cannot compute such a signal passes zeros instead of refusing the module.
 
     Raises:
         ValueError: duplicate name, name not an identifier, unknown signal, a signal parameter that is not a
@@ -461,7 +458,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"credit module {name!r} is already registered ({_REGISTRY[name].fn!r})")
         entry = CreditModule(
-            name, fn, config, tuple(provided_by), critic, provided_by, actor_loss, group_relative
+            name, fn, config, tuple(provided_by), critic, provided_by, actor_loss, group_relative, unread
         )
         _REGISTRY[name] = entry  # type: ignore[assignment]
         return fn

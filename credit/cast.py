@@ -37,7 +37,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, check_reward_range, register, require
+from creditgym.credit.base import (
+    CreditBatch,
+    CreditOutput,
+    check_reward_range,
+    declare_signal,
+    register,
+    require,
+)
 from creditgym.credit.grpo import GroupStats, GRPOConfig, group_metrics, grpo_advantage
 
 __all__ = [
@@ -212,6 +219,12 @@ def group_scale(A: Tensor, mask: Tensor, group_ids: Tensor, bound: float) -> Ten
     group_max = row_max.new_zeros(int(group.max()) + 1).scatter_reduce(0, group, row_max, "amax")
     m = group_max[group]  # (B,)
     return torch.where(m > bound, bound / m.clamp(min=bound), 1.0)[:, None]
+
+
+declare_signal(
+    "teacher_logprobs",
+    "(B, T) log-probs of the sampled tokens under a stop-gradient teacher, teacher-forced, no grad",
+)
 
 
 @register(

@@ -38,7 +38,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
+from creditgym.credit.base import (
+    CreditBatch,
+    CreditOutput,
+    advantage_metrics,
+    declare_signal,
+    register,
+    require,
+)
 from creditgym.credit.gae import masked_whiten
 
 __all__ = [
@@ -215,11 +222,24 @@ def comp_gae_advantages(
     return torch.where(mask, A, 0.0)
 
 
+declare_signal(
+    "attention_stats",
+    "(B, T) or (B, T, K) detached statistics of the behaviour policy's attention rows "
+    "(default provider: the concentration of each row, in [0, 1])",
+)
+
+
+def _unread(cfg: CompPOConfig) -> tuple[str, ...]:
+    """A constant gate (``eta_min == eta_max``) is GAE at that lambda: it never reads ``attention_stats``."""
+    return ("attention_stats",) if cfg.eta_min == cfg.eta_max else ()
+
+
 @register(
     "compo",
     config=CompPOConfig,
     signals={"attention_stats": ("layers",), "values": ("critic", "layers")},
     critic=True,
+    unread=_unread,
 )
 @torch.no_grad()
 def compo(batch: CreditBatch, cfg: CompPOConfig) -> CreditOutput:

@@ -48,6 +48,11 @@ __all__ = [
 ]
 
 declare_signal(
+    "counterfactual_logprobs",
+    "(B, T) log-probs of the sampled tokens replayed teacher-forced under a counterfactual prompt (the env's "
+    "prompt without the criteria the verdict checks), no grad",
+)
+declare_signal(
     "criterion_spans",
     "(B, T) 1.0 on the policy tokens whose characters overlap a span the episode's verdict rests on "
     "(Verdict.spans: a rubric criterion's evidence, a math answer), else 0; diagnostics only",

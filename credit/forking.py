@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
+from creditgym.credit.base import CreditBatch, CreditOutput, declare_signal, register, require
 from creditgym.credit.grpo import GRPOConfig, group_metrics, grpo_advantage
 
 __all__ = ["ForkingConfig", "forking", "top_entropy_mask"]
@@ -72,6 +72,13 @@ def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float, scope: str) -> T
         if n:
             keep[b, mask[b]] = _top(entropy[b, mask[b]], math.ceil(rho * n))
     return keep
+
+
+declare_signal(
+    "token_entropy",
+    "(B, T) entropy (nats) of the behaviour policy's next-token distribution that each "
+    "sampled token was drawn from, no grad",
+)
 
 
 @register("forking", config=ForkingConfig, signals=("token_entropy",), group_relative=True)

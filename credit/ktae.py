@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
+from creditgym.credit.base import CreditBatch, CreditOutput, declare_signal, register, require
 from creditgym.credit.grpo import GRPOConfig, group_metrics, grpo_advantage
 
 __all__ = ["KTAEConfig", "key_token_scores", "ktae"]
@@ -78,6 +78,12 @@ def key_token_scores(present: Tensor, correct: Tensor) -> Tensor:
     h_out = _entropy2(torch.where(n_out > 0, c / n_out.clamp(min=1), 0.0))
     ig = ((hy - (n_in / N) * h_in - (n_out / N) * h_out) / hy).clamp(0, 1)
     return torch.sign(a / C - b / W) * (phi2 + ig) / 2
+
+
+declare_signal(
+    "token_ids",
+    "(B, T) integer vocabulary ids of the sampled tokens",
+)
 
 
 @register("ktae", config=KTAEConfig, signals=("token_ids",), group_relative=True)

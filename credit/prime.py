@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from creditgym.credit.base import CreditBatch, CreditOutput, register, require
+from creditgym.credit.base import CreditBatch, CreditOutput, declare_signal, register, require
 from creditgym.credit.grpo import group_metrics, group_stats, outcome_rewards
 
 __all__ = ["PRIMEConfig", "discounted_returns", "prime"]
@@ -62,6 +62,13 @@ def discounted_returns(x: Tensor, mask: Tensor, gamma: float) -> Tensor:
         acc = torch.where(mask[:, t], x[:, t] + gamma * acc, acc)
         out[:, t] = acc
     return torch.where(mask, out, 0.0)
+
+
+declare_signal(
+    "reference_logprobs",
+    "(B, T) log-probs of the sampled tokens under a frozen copy of the initial policy, "
+    "teacher-forced, no grad",
+)
 
 
 @register("prime", config=PRIMEConfig, signals=("reference_logprobs",), group_relative=True)

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 
 import torch
 
-from creditgym.credit.base import CreditBatch, CreditOutput, advantage_metrics, register, require
+from creditgym.credit.base import (
+    CreditBatch,
+    CreditOutput,
+    advantage_metrics,
+    declare_signal,
+    register,
+    require,
+)
 
 __all__ = ["NEWLINE", "STEP_ENDS", "VineConfig", "vine"]
 
@@ -69,6 +76,14 @@ class VineConfig:
             )
         if isinstance(self.delimiter, list):  # a JSON list from the command line
             object.__setattr__(self, "delimiter", tuple(self.delimiter))
+
+
+declare_signal(
+    "mc_values",
+    "(B, T, 2) Monte-Carlo values around the step holding each policy token: [..., 0] = V(prefix before "
+    "the step), [..., 1] = V(prefix after it), each the mean reward of K continuations sampled from that prefix; "
+    "after the last step, the response's reward",
+)
 
 
 @register("vine", config=VineConfig, signals={"mc_values": ("k", "every", "delimiter", "max_step")})

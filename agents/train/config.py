@@ -9,9 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Defaults that differ per model (`TrainConfig.for_model`), measured on it: docs/models.md has the runs.
-#: SmolLM2-135M-Instruct at the tiny model's lr 5e-5 fell 0.21 -> 0.02 held-out after one grpo step; at 1e-6
-#: it keeps its score.
+#: Defaults that differ per model (`TrainConfig.for_model`), each chosen by runs on that model (docs/models.md).
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "smollm2-135m": {"lr": 1e-6, "temperature": 1.0, "max_new_tokens": 48},
 }

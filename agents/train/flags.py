@@ -1,6 +1,6 @@
 """The ``creditgym train`` flag of each `TrainConfig` field, both ways: overrides -> argv and argv -> overrides.
 
-The CLI builds its parser from the same names (``creditgym.cli.add_train_flags``); ``creditgym compare`` uses
+The CLI builds its parser from the same names (``creditgym.commands.common.add_train_flags``); ``creditgym compare`` uses
 `train_argv` to hand a study's settings to its ``train`` subprocesses, so a knob has one spelling everywhere.
 """
 

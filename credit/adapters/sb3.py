@@ -24,9 +24,10 @@ starting anywhere, becomes a `CreditBatch` with **one row per episode piece** (o
 What the caller must pass: ``total_steps`` (rollouts planned) for a module with a schedule, which the buffer
 cannot see (a `MissingInputError` names it); a provider per signal other than ``values``
 (``signal_providers={"attention_stats": fn}``, ``fn(buffer) -> (n_steps, n_envs[, K])``), refused at
-construction when missing. ``compo`` with ``credit_config={"gate": "position"}`` needs none: that gate never
-reads ``attention_stats`` (zeros are passed). ``vine`` cannot run here: it has no critic, and its ``mc_values``
-need envs that fork mid-episode and a policy that samples continuations.
+construction when missing, unless the module leaves the signal unread under its config
+(`CreditModule.signals_read`; zeros are passed), as ``compo`` does with a constant gate (``eta_min == eta_max``).
+``vine`` cannot run here: it has no critic, and its ``mc_values`` need envs that fork mid-episode and a policy
+that samples continuations.
 """
 
 from __future__ import annotations
@@ -131,13 +132,13 @@ class CreditRolloutBuffer(RolloutBuffer):
         self.credit_module: CreditModule[object] = module
         self.credit_config: object = self._make_config(module, credit_config)
         self.signal_providers: dict[str, SignalProvider] = dict(signal_providers or {})
-        zero_ok = [name for name in module.signals if self._zero_signal_ok(name)]
+        unread = set(module.signals) - set(module.signals_read(self.credit_config))
         check_signals(
             module,
-            {"values", *self.signal_providers, *zero_ok},
+            {"values", *self.signal_providers, *unread},
             "CreditRolloutBuffer",
             "SB3 does not record it: pass signal_providers={{'{signal}': fn}}, fn(buffer) -> (n_steps, n_envs[, "
-            "K]) array" + (", or credit_config={{'gate': 'position'}}" if credit == "compo" else ""),
+            "K]) array, or a credit_config under which the module does not read it",
         )
         if total_steps is not None and (
             isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1
@@ -160,10 +161,6 @@ class CreditRolloutBuffer(RolloutBuffer):
                 "unfinished episodes are bootstrapped with the buffer's gamma"
             )
         return cfg
-
-    def _zero_signal_ok(self, name: str) -> bool:
-        """A signal the module provably ignores under this config (CompPO's position gate)."""
-        return name == "attention_stats" and getattr(self.credit_config, "gate", None) == "position"
 
     def _signal(self, name: str) -> np.ndarray:
         """The signal ``name`` as a float64 array (n_steps, n_envs[, K]) from its provider, or zeros."""

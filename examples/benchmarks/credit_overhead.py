@@ -24,8 +24,8 @@ of these paired ratios over repeats x steps); ``step / grpo``, the same with the
 (generation and verification) added to both, i.e. a whole training step; ``ms/token``, the module's train part
 per policy token; the shares of the train part spent on signals (critic phase included) and on the credit
 function. Times are read on ``--clock``: ``cpu`` (the default on CPU) is this process's CPU time, which other work
-on a shared machine barely moves, ``wall`` the elapsed time (the default on a GPU). Targets (issue 13): CoRT and
-CAST <= 1.25x a ``grpo`` step, CompPO <= 1.2x, PACT with a critic model <= 1.6x. Quote the ratios, not the
+on a shared machine barely moves, ``wall`` the elapsed time (the default on a GPU). Targets (``TARGETS``): CoRT
+and CAST <= 1.25x a ``grpo`` step, CompPO <= 1.2x, PACT with a critic model <= 1.6x. Quote the ratios, not the
 seconds.
 """
 
@@ -58,7 +58,7 @@ from creditgym.credit import CreditOutput
 
 @dataclass(frozen=True)
 class Task:
-    """An env and its settings, as the probe protocol of issue 13 names them (``--env``, ``--env-kw``, budget)."""
+    """An env and its settings, as the probe names them (``--env``, ``--env-kw``, the token budget)."""
 
     env_id: str
     env_kwargs: Mapping[str, Any]
@@ -70,7 +70,7 @@ TASKS: dict[str, Task] = {
     "hard": Task("creditgym/Rubric-v0", {"preset": "hard"}, 192),
 }
 HOME: dict[str, str] = {"cort": "hard"}  # every other module's home task is "chains"
-#: issue 13's targets: a module's whole step over grpo's
+#: the most a module's whole step may cost over grpo's for its credit to count as cheap
 TARGETS: dict[str, float] = {"cort": 1.25, "cast": 1.25, "compo": 1.2, "pact": 1.6}
 #: cpu: this process's CPU time, which other work on a shared machine barely moves (with OMP_NUM_THREADS=1 it is
 #: the wall time of an idle machine; work in other processes, e.g. the math verifier's pool, is not counted)

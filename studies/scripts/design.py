@@ -1,6 +1,6 @@
-"""Design the credit study (issue 14) from a pilot: seeds x steps x held-out size for a 95% half-width of a paired
-difference to ``grpo``, the wall time of the whole study, and the minimum detectable effect (MDE) an 8-hour
-budget reaches.
+"""Design the powered credit study (docs/study/part1.md to part5.md) from a pilot: seeds x steps x held-out size
+for a 95% half-width of a paired difference to ``grpo``, the wall time of the whole study, and the minimum
+detectable effect (MDE) an 8-hour budget reaches.
 
     python studies/scripts/design.py --collect runs/pilot-eval/seed*/report.json --per-task studies/results/pilot/per_task.json
     python studies/scripts/design.py --pilot studies/results/pilot --out studies/results/pilot/design.md
@@ -30,7 +30,7 @@ from creditgym.agents.study.stats import Pilot, mean, within_task_variance
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Issue 14's entries and their step time relative to grpo: the published study's (studies/results/math,
+#: The powered study's entries and their step time relative to grpo: the published study's (studies/results/math,
 #: 60 steps, quiet machine) where it ran the entry or its nearest variant; vine's from README's probe section
 #: (a K = 8 vine step, 7.1x grpo's); a variant without a published time takes its module's.
 ENTRIES: dict[str, tuple[float, str]] = {
@@ -168,7 +168,7 @@ def study_hours(
     entries: Mapping[str, tuple[float, str]] = ENTRIES,
     tasks: Mapping[str, Mapping[str, Any]] = TASKS,
 ) -> float:
-    """Wall hours of issue 14's study: every entry on every task, home entries with ``home_seeds``, the rest with
+    """Wall hours of the powered study: every entry on every task, home entries with ``home_seeds``, the rest with
     ``control_seeds``, ``workers`` runs at a time, ``probes`` probes a run."""
     evals = evals_per_run(steps, eval_every)
     seconds = 0.0

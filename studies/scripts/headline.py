@@ -1,4 +1,4 @@
-"""The powered study's verdict per module at a glance (issue 14): one row per module on its home task, with the
+"""The powered study's verdict per module at a glance: one row per module on its home task, with the
 paired difference to `grpo` at the end of training, the probe's figures during training beside it, and the same
 module on the easy control. Every difference, interval and MDE is read from a committed ``verdict.json``
 (studies/scripts/verdict.py); the verdicts are Holm's correction over the family this table shows (its home-task
@@ -46,7 +46,7 @@ class Row:
 #: The modules on their home tasks (the chains for `cast`, `compo`, `pact` and `vine`, the hard rubric for
 #: `cort`; `vine` as VinePPO runs it, with steps at the chain's links, at 5 seeds: with one step a response, its
 #: old default, it is the outcome baseline), the baselines beside `grpo` on the chains, then the ablations and
-#: controls of issue 14 (CAST without its flips and with the snapshot teacher; CompPO's standard critic, shuffled
+#: the study's controls (CAST without its flips and with the snapshot teacher; CompPO's standard critic, shuffled
 #: gate and GAE at the gate's mean lambda; PACT's probe critic and PACT without IS); each at the largest pool of
 #: seeds the study has.
 ROWS: tuple[Row, ...] = (

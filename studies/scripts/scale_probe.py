@@ -1,4 +1,4 @@
-"""The probe across model scale (issue 41): every credit module, and the positive control, scored against the
+"""The probe across model scale (docs/study/scale.md): every credit module, and the positive control, scored against the
 Monte-Carlo A* on the bundled 1M-parameter model and on SmolLM2-135M-Instruct, on the same two tasks, before any
 training. Every figure is read from a committed ``probe.json`` under ``studies/results/scale``:
 

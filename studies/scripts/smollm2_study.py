@@ -1,4 +1,4 @@
-"""Size the budgeted training study on SmolLM2 (issue 41, item 2) from its pilot, by the rule of
+"""Size the budgeted training study on SmolLM2 (docs/study/smollm2.md) from its pilot, by the rule of
 ``studies/results/smollm2-study/budget.md``: the seed count the budget pays for, and the MDE at that count; after
 the study, the budget it spent.
 

@@ -1,4 +1,4 @@
-"""The verdict per module of a `creditgym compare` study (issue 14): better or worse than the baseline (or
+"""The verdict per module of a `creditgym compare` study (the powered study's): better or worse than the baseline (or
 unresolved), from the study's own numbers, with what the probe measured on the same task beside it.
 
     python studies/scripts/verdict.py --study studies/results/study-chains \\

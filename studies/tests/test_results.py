@@ -111,3 +111,25 @@ def test_docs_tables_match_the_committed_results(study: Path) -> None:
     header = table.split("| entry |")[0]
     assert ("**Partial study**" in header) == results["partial"]  # a partial study says so above its table
     assert ("**Pilot**" in header) == results["pilot"]
+
+
+@pytest.mark.parametrize("study", ["math", "rubric"])
+def test_report_only_redraws_a_first_form_study_unchanged(study: str, tmp_path: Path) -> None:
+    """The two studies published in the first form (no runs/): ``creditgym compare --report-only`` redraws each,
+    changing nothing, and their runs read as finished with all their steps."""
+    from creditgym.agents.study.compare import load_config
+    from creditgym.cli import main
+
+    committed = RESULTS / study
+    out = tmp_path / study
+    out.mkdir()
+    for name in ("results.json", "summary.md"):
+        (out / name).write_bytes((committed / name).read_bytes())
+    assert main(["compare", "--out", str(out), "--report-only"]) == 0
+    assert (out / "summary.md").read_text() == (committed / "summary.md").read_text()
+    assert (out / "results.json").read_bytes() == (committed / "results.json").read_bytes()
+    raw = json.loads((committed / "results.json").read_text())
+    assert load_config(out).entries == tuple(raw["config"]["entries"])
+    new = upgrade_results(raw)
+    assert {r["status"] for r in new["runs"]} == {FINISHED} and new["partial"] is False
+    assert all(r["steps_done"] == r["steps_planned"] == raw["config"]["steps"] for r in new["runs"])

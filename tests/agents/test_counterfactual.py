@@ -1,4 +1,4 @@
-"""CoRT's two signals as the trainer computes them (issue 13's audit), checked on the tiny model and the hard rubric.
+"""CoRT's two signals as the trainer computes them, checked on the tiny model and the hard rubric.
 
 ``counterfactual_logprobs``: the same response tokens, scored teacher-forced after the env's criteria-free
 prompt, aligned index by index with ``old_logprobs`` (token t in both), against a direct computation through the

@@ -75,10 +75,10 @@ def test_compo_constant_gate_is_gae() -> None:
     again."""
     data = recorded_rollout(3)
     ref = filled(RolloutBuffer, data, 0.99, 0.9)
-    cfg = {"eta_min": 0.9, "eta_max": 0.9, "gate": "position", "skill_scaled": False}
+    cfg = {"eta_min": 0.9, "eta_max": 0.9, "skill_scaled": False}  # no attention_stats provider: it is unread
     ours = filled(CreditRolloutBuffer, data, 0.99, 0.9, credit="compo", credit_config=cfg)
     assert ours.credit_config == CompPOConfig(
-        gamma=0.99, eta_min=0.9, eta_max=0.9, gate="position", whiten=False, skill_scaled=False
+        gamma=0.99, eta_min=0.9, eta_max=0.9, whiten=False, skill_scaled=False
     )
     np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
@@ -101,9 +101,36 @@ def test_compo_signal_provider() -> None:
     assert not np.allclose(buf.advantages, ref.advantages)  # a varying gate is not GAE
 
 
+def test_a_signal_is_passed_as_zeros_only_where_the_module_declares_it_unread(scratch_registry: None) -> None:
+    """The buffer asks the module (`CreditModule.signals_read`), never its name: a module registered here that
+    leaves ``token_entropy`` unread when ``lam == 1`` gets zeros then, and is refused without a provider else."""
+    seen: list[float] = []
+
+    @credit.register(
+        "gae_entropy",
+        config=GAEConfig,
+        signals=("values", "token_entropy"),
+        critic=True,
+        unread=lambda cfg: ("token_entropy",) if cfg.lam == 1.0 else (),
+    )
+    def gae_entropy(batch: credit.CreditBatch, cfg: GAEConfig) -> credit.CreditOutput:
+        seen.append(float(batch.signals["token_entropy"].abs().sum()))
+        return credit.get("gae")(batch, cfg)
+
+    assert credit.get("gae_entropy").signals_read(GAEConfig(lam=1.0)) == ("values",)
+    filled(CreditRolloutBuffer, recorded_rollout(6), 0.99, 1.0, credit="gae_entropy")
+    assert seen == [0.0]
+    with pytest.raises(ValueError, match=r"'token_entropy'.*signal_providers"):
+        CreditRolloutBuffer(8, OBS, ACT, device="cpu", gae_lambda=0.95, credit="gae_entropy")
+
+
 def test_errors() -> None:
     with pytest.raises(ValueError, match="attention_stats"):
         CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="compo")
+    with pytest.raises(
+        ValueError, match="attention_stats"
+    ):  # the position gate reads kappa's mean and spread
+        CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="compo", credit_config={"gate": "position"})
     with pytest.raises(ValueError, match="MSE critic"):
         CreditRolloutBuffer(8, OBS, ACT, device="cpu", credit="grpo")
     with pytest.raises(ValueError, match="gamma"):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from math_verify import LatexExtractionConfig, parse
 from math_verify import verify as mv_verify
 
-from creditgym.verifiers.math import fast, worker
+from creditgym.verifiers.math import fast, parsing
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
@@ -49,8 +49,8 @@ def _mv(text: str) -> list:
     return parse("\\boxed{" + text + "}", [LatexExtractionConfig()], parsing_timeout=None)
 
 
-def _fast(text: str) -> worker.Parsed:
-    parsed = worker._fast_parse(text)
+def _fast(text: str) -> parsing.Parsed:
+    parsed = parsing.fast_parse(text)
     assert parsed is not None and not parsed.huge, text
     return parsed
 
@@ -69,7 +69,7 @@ def test_equality_decisions_match_math_verify_across_the_corpus() -> None:
     pairs |= set(itertools.combinations([group[0] for group in GROUPS], 2))
     disagreements = []
     for a, b in sorted(pairs):
-        ours = worker._equal(_fast(a), _fast(b))
+        ours = parsing.equal(_fast(a), _fast(b))
         theirs = bool(mv_verify(_mv(a), _mv(b), timeout_seconds=None))
         if ours != theirs:
             disagreements.append((a, b, ours, theirs))
@@ -93,7 +93,7 @@ def _expressions(draw: st.DrawFn, depth: int = 3) -> str:
 @given(_expressions())
 def test_random_expressions_parse_to_math_verifys_value(text: str) -> None:
     theirs = _mv(text)
-    parsed = worker._fast_parse(text)
+    parsed = parsing.fast_parse(text)
     if parsed is None or not theirs or parsed.huge:  # division by zero and the like: left to math-verify
         return
     # Compared as values: math-verify's own check misses x + 0 = x when x stands alone (it compares the strings).

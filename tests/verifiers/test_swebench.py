@@ -415,7 +415,7 @@ def test_cli_images_build_check_clean(bundled, docker_client, base_image, tmp_pa
             docker_client.images.remove(stale)
 
 
-# --------------------------------------------------------------------------- tampering (issue 15)
+# ------------------------------------------------- tampering: a patch that disables the tests must not resolve
 
 NEUTER_EQUAL = "import unittest\nunittest.TestCase.assertEqual = lambda self, a, b, msg=None: None\n"
 # every assertion a no-op, assertRaises still usable as a context manager (it swallows what it is given)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cheap credit (issue 54), as it ran on a 2-core CPU, one job at a time. Then:
+# Cheap credit (docs/study/cheap-credit.md), as it ran on a 2-core CPU, one job at a time. Then:
 #   python studies/scripts/cheap_credit.py time     # step times of every module vs grpo's (step-times.json)
 #   python studies/scripts/cheap_credit.py          # table.json and docs/study/cheap-credit.md from the files here
 set -euo pipefail

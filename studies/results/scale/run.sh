@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The probe across model scale (issue 41 item 1), as it ran: every module and the positive control
+# The probe across model scale (docs/study/scale.md), as it ran: every module and the positive control
 # (oracle:noise=0.5; the default entries) on the bundled tiny model and on SmolLM2-135M-Instruct (smollm2-135m),
 # the same tasks and probe settings, one torch thread per job, two to four jobs at a time on a 2-core machine.
 # Critic modules are rescored with critics warmed up by a 4-step run of each module (the same command for both

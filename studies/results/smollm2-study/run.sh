@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The budgeted training study on SmolLM2 (issue 41, item 2): grpo against vine on the hard rubric.
+# The budgeted training study on SmolLM2 (docs/study/smollm2.md): grpo against vine on the hard rubric.
 # The budget, entries and rule are in budget.md, written and committed before any of these runs started.
 # Runs go into runs/smol-study (untracked: checkpoints are GBs); each run's small files (config, metrics.jsonl,
 # summary, compare.json, credit.png) were copied after into run-files/<entry>/seed<k> (pilot/run-files likewise).

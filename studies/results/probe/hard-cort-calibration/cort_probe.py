@@ -1,4 +1,4 @@
-"""CoRT's weight map measured on the probe batch of the hard rubric (issue 13), and CoRT's probe rows rescored.
+"""CoRT's weight map measured on the probe batch of the hard rubric, and CoRT's probe rows rescored.
 
 The probe batch is the one ``creditgym probe`` samples (PROBE_PROTOCOL.md: ``--env creditgym/Rubric-v0 --env-kw
 preset=hard --max-new-tokens 192 --prompts 8 --group 4 --seed 0``, bundled model). Two commands:
@@ -13,7 +13,7 @@ per-response standardised delta over a grid of tau. Writes ``calibration.json`` 
 (``DIR/probe.json``: the batch's continuation rewards) scores other modules without sampling a continuation
 again. The batch is re-sampled from the base's settings and checked token by token against the base; the
 modules' advantages come from the trainer's providers as in ``creditgym probe``; the label ``cort@4d4ca92`` is
-CoRT's map before issue 13 (compared with the base's own ``cort`` row when it has one). Writes probe.json,
+CoRT's map before its calibration (compared with the base's own ``cort`` row when it has one). Writes probe.json,
 probe.md and probe.png (``creditgym probe``'s formats; ``rescored_from`` names the base, ``timing`` is the
 base's) plus ``cort_weights`` (each CoRT map's weight spread and span mass on the batch) and
 ``paired_differences`` (each module's figures minus the first label's, with paired bootstrap intervals)::
@@ -68,7 +68,7 @@ HARD = {
 
 
 def weights_at_4d4ca92(delta: torch.Tensor, valid: torch.Tensor, cfg: CoRTConfig) -> torch.Tensor:
-    """The map before issue 13: softmax of the raw clipped delta, clip, renormalise once (may exceed w_max)."""
+    """The map before the calibration: softmax of the raw clipped delta, clip, renormalise once (may exceed w_max)."""
     s = torch.where(valid, delta, 0.0).clamp(-cfg.delta_clip, cfg.delta_clip)
     logits = torch.where(valid, s / cfg.tau, -torch.inf)
     n = valid.sum(-1, keepdim=True)
