@@ -257,7 +257,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:  # the model's defaults (smollm2-135m: its lr); on --resume, a flag left out keeps the run's value
         given = {**(load_config_file(args.config) if args.config else {}), **train_overrides(args)}
         cfg = TrainConfig.for_model(**resume_settings(args.out, given, args.resume))
-        summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
+        summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, wandb=args.wandb)
     except (RunFolderError, KeyboardInterrupt) as e:  # a folder refused or unwritable: 2; a stop signal: 130
         print(f"creditgym train: {e or 'interrupted'}", file=sys.stderr)
         return 2 if isinstance(e, RunFolderError) else 130
@@ -267,9 +267,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0  # a secondary process of a multi-process run: process 0 reports
     before, after = summary["eval_before"], summary["eval_after"]
     print(
-        f"held-out accuracy: before {before:.3f} -> after {after:.3f} ({cfg.credit}, {summary['steps']} steps)"
-    )
-    print(
+        f"held-out accuracy: before {before:.3f} -> after {after:.3f} ({cfg.credit}, {summary['steps']} steps)\n"
         f"outputs in {args.out}: metrics.jsonl, tensorboard/, checkpoints/, final/, curves.png, credit.html"
     )
     return 0
@@ -490,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.set_defaults(func=_cmd_images)
 
     from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.wandb_log import FLAG as WANDB_FLAG
 
     fields = TrainConfig.__dataclass_fields__
     tr = sub.add_parser("train", help="train a policy with a credit module on an env")
@@ -514,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     tr.add_argument("--overwrite", action="store_true", help="delete the run in --out first (its files only)")
+    tr.add_argument("--wandb", **WANDB_FLAG)
     tr.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("eval", help="run an agent through an env and report its accuracy")
