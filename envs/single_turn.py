@@ -59,7 +59,8 @@ class RowVerifier:
         field: The row field the response is graded against (``answer``, ``criteria``).
         grade: ``grade(response, reference, **verifier_kwargs) -> Verdict``; its keyword-only parameters are the
             env's ``verifier_kwargs``.
-        read: Turns ``row[field]`` into the reference once, when the rows load (default: as it is).
+        read: Turns ``row[field]`` into the reference once, when the rows load (default: as it is); a bad field
+            raises ``ValueError`` with a message that follows the field's name (``'answer' is empty``).
         show: The text the prompt adds after the row's prompt (left out of the counterfactual prompt); None adds
             nothing.
         oracle: A response the verifier passes, from the reference (``creditgym eval --agent oracle``), or None.
@@ -184,7 +185,8 @@ def row_task(row: Any, verifier: RowVerifier, *, name: str, task_id: str, source
         reference = value if verifier.read is None else verifier.read(value)
     except ValueError as e:
         raise ValueError(f"{verifier.field!r} {e}") from e
-    return SingleTurnTask(prompt, reference, str(row.get("id", task_id)), source)
+    given_id = row.get("id")
+    return SingleTurnTask(prompt, reference, task_id if given_id is None else str(given_id), source)
 
 
 Rows = str | os.PathLike[str] | Iterable[Mapping[str, Any]]
