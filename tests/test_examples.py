@@ -204,6 +204,22 @@ def test_train_rubric_cort_names_bad_input(tmp_path: Path) -> None:
     assert res.returncode == 2 and "TrainConfig.steps must be >= 1, got 0" in res.stderr
 
 
+def test_single_turn_env_grades_its_rows_and_trains_on_them(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    printed = _run("examples/single_turn_env.py", "--steps", "1", "--out", str(out))
+    assert "'The answer is \\\\boxed{42}.': reward 1.0 (correct)" in printed
+    assert "'The answer is \\\\boxed{41}.': reward 0.0 (wrong)" in printed
+    config = json.loads((out / "config.json").read_text())
+    rows = [json.loads(line) for line in Path(config["env_kwargs"]["rows"]).read_text().splitlines()]
+    assert config["env_id"] == "creditgym/SingleTurn-v0" and [r["id"] for r in rows] == [
+        "sum",
+        "twice",
+        "less",
+    ]
+    summary = json.loads((out / "summary.json").read_text())
+    assert f"held-out {summary['eval_before']:.3f} -> {summary['eval_after']:.3f}" in printed
+
+
 def test_eval_openai_server_answers_as_the_local_model_would(tmp_path: Path) -> None:
     """Served over HTTP, the bundled model gives the same answers as evaluated in-process (greedy, same tasks)."""
     from creditgym.agents.eval.evaluate import evaluate, make_agent

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.progress import (
     BarColumn,
@@ -90,24 +91,37 @@ def equal_rewards_note(metrics: dict[str, float]) -> str | None:
     )
 
 
-class MetricsLog:
-    """Appends each step's metrics to ``history``, ``folder/metrics.jsonl`` and TensorBoard (``folder/tensorboard``).
+class StepSink(Protocol):
+    """Somewhere else each step's metrics go (`creditgym.agents.train.wandb_log.WandbLog` is one)."""
 
-    Non-finite values are recorded as ``null`` (JSON) and left out of TensorBoard.
+    def log(self, metrics: Mapping[str, float | None], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MetricsLog:
+    """Appends each step's metrics to ``history``, ``folder/metrics.jsonl``, TensorBoard (``folder/tensorboard``)
+    and ``sink`` when given (Weights & Biases).
+
+    Non-finite values are recorded as ``null`` (JSON) and left out of TensorBoard and the sink.
     """
 
-    def __init__(self, folder: Path, history: list[dict[str, float | None]] | None = None) -> None:
+    def __init__(
+        self, folder: Path, history: list[dict[str, float | None]] | None = None, sink: StepSink | None = None
+    ) -> None:
         self.path = folder / "metrics.jsonl"
         self.history: list[dict[str, float | None]] = list(history or [])
         # a resumed run may have logged steps after its last checkpoint: keep only what the checkpoint knows
         self.path.write_text("".join(json.dumps(m) + "\n" for m in self.history))
-        self.folder, self._writer = folder, None
+        self.folder, self._writer, self.sink = folder, None, sink
 
     def log(self, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
         self.history.append(clean)
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")
+        if self.sink is not None:
+            self.sink.log(clean, int(metrics.get("step", len(self.history))))
         if self._writer is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -125,3 +139,6 @@ class MetricsLog:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None

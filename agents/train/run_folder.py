@@ -40,6 +40,7 @@ RUN_FILES: tuple[str, ...] = (
     "credit.html",
     "credit.png",
     "vllm-init",
+    "wandb",  # with --wandb: Weights & Biases' run folders
 )
 #: Fields a resumed run may change; any other difference from the run's settings is refused.
 RESUMABLE: tuple[str, ...] = ("steps", "eval_every", "checkpoint_every", "probe_every", "device")

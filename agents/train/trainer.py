@@ -46,6 +46,7 @@ from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note, equal_rewards_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
 from creditgym.agents.train.update import adamw, backward, rows_with_gradient, update_pass
+from creditgym.agents.train.wandb_log import WandbLog, require_wandb
 from creditgym.credit import CREDIT, CreditOutput
 
 
@@ -383,10 +384,16 @@ class Trainer:
 
 
 def train(
-    cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False
+    cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False, wandb: str = ""
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve).
 
     ``out`` must hold no run unless ``resume`` (continue it, with its settings) or ``overwrite`` (delete it
-    first): `creditgym.agents.train.run_folder`."""
-    return Trainer(cfg, out, resume=resume, overwrite=overwrite).run()
+    first): `creditgym.agents.train.run_folder`. ``wandb``: a Weights & Biases project to log to as well
+    (`creditgym.agents.train.wandb_log`), or "" for none."""
+    if wandb:
+        require_wandb()  # before the model loads
+    trainer = Trainer(cfg, out, resume=resume, overwrite=overwrite)
+    if wandb and trainer.is_main:  # from the step the run starts at, a resumed run's included
+        trainer.log.sink = WandbLog(wandb, trainer.out, trainer.cfg, start_step=trainer.step)
+    return trainer.run()

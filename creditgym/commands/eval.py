@@ -9,6 +9,7 @@ from creditgym.commands.common import add_ray_flags, key_values
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from creditgym.agents.eval.evaluate import evaluate, make_agent, write_report
+    from creditgym.envs import env_accepts
 
     env_kwargs = key_values(args.env_kw, "--env-kw")
     if args.tasks is not None or args.env == "creditgym/SWEBench-v0":
@@ -17,9 +18,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(
             "creditgym eval: --ray runs multi-turn task instances (creditgym/SWEBench-v0, --tasks)"
         )
-    if args.split:
-        env_kwargs.setdefault("split", args.split)
     try:  # a bad agent, model or env argument (a tokenizer unlike the model's, ...)
+        if args.split and env_accepts(args.env, "split"):  # an env without splits plays all its tasks
+            env_kwargs.setdefault("split", args.split)
         agent = make_agent(args.agent, base_url=args.base_url)
         report = evaluate(args.env, agent, args.episodes, seed=args.seed, env_kwargs=env_kwargs)
     except (ValueError, FileNotFoundError) as e:

@@ -19,7 +19,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:  # the model's defaults (smollm2-135m: its lr); on --resume, a flag left out keeps the run's value
         given = {**(load_config_file(args.config) if args.config else {}), **train_overrides(args)}
         cfg = TrainConfig.for_model(**resume_settings(args.out, given, args.resume))
-        summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
+        summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, wandb=args.wandb)
     except (RunFolderError, KeyboardInterrupt) as e:  # a folder refused or unwritable: 2; a stop signal: 130
         print(f"creditgym train: {e or 'interrupted'}", file=sys.stderr)
         return 2 if isinstance(e, RunFolderError) else 130
@@ -39,6 +39,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.wandb_log import FLAG as WANDB_FLAG
 
     fields = TrainConfig.__dataclass_fields__
     tr = sub.add_parser("train", help="train a policy with a credit module on an env")
@@ -63,4 +64,5 @@ def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     tr.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     tr.add_argument("--overwrite", action="store_true", help="delete the run in --out first (its files only)")
+    tr.add_argument("--wandb", **WANDB_FLAG)
     tr.set_defaults(func=_cmd_train)
