@@ -1,4 +1,4 @@
-"""Pictures of a run (reward and held-out accuracy per step; responses with each token shaded by its advantage) and
+"""Pictures of a run (reward and held-out score per step; responses with each token shaded by its advantage) and
 of a study (held-out score per entry across seeds)."""
 
 from __future__ import annotations
@@ -42,15 +42,17 @@ def credit_samples(
     return out
 
 
-def curves_png(history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
-    """Training reward per step and held-out accuracy at each evaluation, in one figure."""
+def curves_png(
+    history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "", score_name: str = "accuracy"
+) -> Path:
+    """Training reward per step and the held-out score (named ``score_name``, the env's) at each evaluation."""
     train = [(m["step"], m["rollout/reward"]) for m in history if m.get("rollout/reward") is not None]
     evals = [(m["step"], m["eval/accuracy"]) for m in history if m.get("eval/accuracy") is not None]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     if train:
         ax.plot(*zip(*train, strict=True), label="training reward (sampled)", alpha=0.7)
     if evals:
-        ax.plot(*zip(*evals, strict=True), "o-", label="held-out accuracy (greedy)")
+        ax.plot(*zip(*evals, strict=True), "o-", label=f"held-out {score_name} (greedy)")
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)

@@ -364,7 +364,8 @@ class Trainer:
         in_sync = self._params_in_sync()
         if not self.is_main:
             return {"is_main": False}
-        summary = run_summary(cfg, self.log.history, self.step, self.out)
+        score_name = self.eval_env.unwrapped.score_name
+        summary = run_summary(cfg, self.log.history, self.step, self.out, score_name=score_name)
         if self.accelerator is not None:
             summary.update({"processes": self.accelerator.num_processes, "params_in_sync": in_sync})
         write_outputs(self.out, cfg, self.policy, self.providers, summary, log.history, self.samples)
@@ -385,7 +386,7 @@ class Trainer:
 def train(
     cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False
 ) -> dict[str, Any]:
-    """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve).
+    """Run ``cfg`` into ``out`` and return the summary (held-out score before and after, the curve).
 
     ``out`` must hold no run unless ``resume`` (continue it, with its settings) or ``overwrite`` (delete it
     first): `creditgym.agents.train.run_folder`."""
