@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
-import platform
 import sys
 from collections.abc import Sequence
 
-from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
-from creditgym.agents.train.flags import json_or_str
-from creditgym.agents.train.flags import train_flag as _flag
+from creditgym import installation
+
+# Nothing here imports the rest of the package at module level: `main` checks first that it is this package.
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -41,46 +39,6 @@ def _cmd_envs(args: argparse.Namespace) -> int:
             module, _, attr = spec.entry_point.partition(":")
             doc = (getattr(importlib.import_module(module), attr).__doc__ or "").strip().splitlines()[0]
         print(f"{env_id:<28} {doc}  [{entry}]")
-    return 0
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def docker_status(timeout: float = 5.0) -> tuple[bool, str]:
-    """Whether a Docker engine answers (``DOCKER_HOST`` or the default socket), and a line saying which."""
-    from creditgym.verifiers.swe.engine import engine_status
-
-    return engine_status(timeout)
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    rows = [
-        ("creditgym", _version("creditgym")),
-        ("python", f"{platform.python_version()} ({sys.executable})"),
-    ]
-    try:
-        import torch
-
-        gpu = (
-            f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-            if torch.cuda.is_available()
-            else "none"
-        )
-        rows += [("torch", torch.__version__), ("gpu", gpu)]
-    except ImportError:
-        rows += [("torch", "not installed"), ("gpu", "unknown (no torch)")]
-    _ok, line = docker_status()
-    rows.append(("docker", line))
-    for dist in ("transformers", "gymnasium", "math-verify", "vllm", "swebench", "stable-baselines3"):
-        rows.append((dist, _version(dist)))
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
     return 0
 
 
@@ -195,6 +153,8 @@ def _eval_tasks(args: argparse.Namespace, env_kwargs: dict[str, object]) -> int:
 
 
 def _key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, object]:
+    from creditgym.agents.train.flags import json_or_str
+
     out: dict[str, object] = {}
     for pair in pairs or []:
         key, sep, raw = pair.partition("=")
@@ -215,6 +175,8 @@ def add_train_flags(
     import typing
 
     from creditgym.agents.train.config import TrainConfig, config_help
+    from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
+    from creditgym.agents.train.flags import train_flag as _flag
 
     hints, helps = typing.get_type_hints(TrainConfig), config_help(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
@@ -231,6 +193,8 @@ def train_overrides(args: argparse.Namespace, *, exclude: Sequence[str] = ()) ->
     import dataclasses
 
     from creditgym.agents.train.config import TrainConfig
+    from creditgym.agents.train.flags import MAPPING_FLAGS as _MAPPING_FIELDS
+    from creditgym.agents.train.flags import train_flag as _flag
 
     out: dict[str, object] = {}
     for f in dataclasses.fields(TrainConfig):
@@ -447,14 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     from creditgym import models
 
     parser = argparse.ArgumentParser(prog="creditgym", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"creditgym {_version('creditgym')}")
+    parser.add_argument(
+        "--version", action="version", version=f"creditgym {installation.version('creditgym')}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list registered env ids, one line each").set_defaults(func=_cmd_envs)
     models.add_command(sub)  # creditgym models
-    sub.add_parser("doctor", help="report Python, torch, GPU and Docker engine").set_defaults(
-        func=_cmd_doctor
-    )
+    installation.add_command(sub)  # creditgym doctor
 
     im = sub.add_parser("images", help="build, check or clean the Docker images of SWE tasks")
     im.add_argument(
@@ -584,15 +548,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:  # before the parser: building it imports creditgym.envs, which a stray creditgym folder would shadow
+        installation.check_package()
+    except installation.ShadowedPackage as e:
+        raise SystemExit(f"creditgym: {e}") from None
     args = build_parser().parse_args(argv)
-    if getattr(args, "env", None) is not None and args.command in ("eval", "compare"):
-        from creditgym.envs import UnknownEnvError, resolve_env_id
+    try:
+        if getattr(args, "env", None) is not None and args.command in ("eval", "compare"):
+            from creditgym.envs import UnknownEnvError, resolve_env_id
 
-        try:  # module:EnvId imports the module here; compare's runs get the same string and do the same
-            resolve_env_id(args.env)
-        except UnknownEnvError as e:
-            raise SystemExit(f"creditgym {args.command}: {e}") from e
-    return int(args.func(args))
+            try:  # module:EnvId imports the module here; compare's runs get the same string and do the same
+                resolve_env_id(args.env)
+            except UnknownEnvError as e:
+                raise SystemExit(f"creditgym {args.command}: {e}") from e
+        return int(args.func(args))
+    except ModuleNotFoundError as e:  # an optional dependency: name the extra that installs it
+        if (fix := installation.missing_extra(e)) is None:
+            raise
+        raise SystemExit(f"creditgym {args.command}: {fix}") from None
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ the layout of an episode's ledger and of ``CreditBatch`` (``old_logprobs`` besid
 from __future__ import annotations
 
 import contextlib
-import importlib.resources
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from torch import Tensor, nn
 from creditgym.agents.train.backends import GenerationBackend, HFBackend, Sampled
 from creditgym.agents.train.prefix import shared_prefix_pass
 from creditgym.envs.tokenizer import default_stop_token_ids
+from creditgym.installation import bundled_assets
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,8 +46,8 @@ TokenIds = Sequence[int] | Tensor
 
 
 def bundled_model_path() -> Path:
-    """Folder of the bundled tiny model (``creditgym/assets/tiny/``, installed as package data)."""
-    return Path(str(importlib.resources.files("creditgym") / "assets" / "tiny"))
+    """Folder of the bundled tiny model (``creditgym/assets/tiny/``); `ShadowedPackage` names a stray folder."""
+    return bundled_assets()
 
 
 # --------------------------------------------------------------------------------------------------------------
