@@ -569,4 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Under `python -m`, CPython exits by SIGINT (-2, not `code`) once a KeyboardInterrupt has ended any string
+    # exec (a dataclass being made when Ctrl-C came), even one caught since; a string exec of its own clears that.
+    exec("")
+    sys.exit(code)

@@ -323,7 +323,10 @@ class Trainer:
         evaluate = lambda: evaluate_policy(self.policy, self.eval_env, cfg.eval_episodes, self.eval_seed)  # noqa: E731
         if self.step == 0 and self.is_main:
             try:  # the first Ctrl-C / SIGTERM of the step-0 evaluation stops the run: nothing is trained yet
-                with RaiseOnSignals():
+                with RaiseOnSignals():  # the line says so once a signal stops this evaluation cleanly
+                    print(
+                        f"[creditgym] step 0: held-out evaluation, {cfg.eval_episodes} episodes", flush=True
+                    )
                     first = {"step": 0.0, **evaluate(), **self._probe()}
             except KeyboardInterrupt as e:
                 raise KeyboardInterrupt(
