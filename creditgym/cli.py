@@ -15,26 +15,38 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from creditgym.commands import compare, doctor, envs, images, probe, train
-from creditgym.commands import eval as eval_command
-from creditgym.commands.common import add_train_flags, train_overrides
-from creditgym.commands.common import version as _version
-from creditgym.commands.doctor import docker_status
+from creditgym import installation
 
-__all__ = ["add_train_flags", "build_parser", "docker_status", "main", "train_overrides"]
+# Nothing here imports the rest of the package at module level: `main` checks first that it is this package.
+
+__all__ = ["build_parser", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    """``add_train_flags`` and ``train_overrides``, from `creditgym.commands.common` when first asked for."""
+    if name in ("add_train_flags", "train_overrides"):
+        from creditgym.commands import common
+
+        return getattr(common, name)
+    raise AttributeError(f"module 'creditgym.cli' has no attribute {name!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from creditgym import models
+    from creditgym.commands import compare, envs, images, probe, train
+    from creditgym.commands import eval as eval_command
 
     parser = argparse.ArgumentParser(prog="creditgym", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"creditgym {_version('creditgym')}")
+    parser.add_argument(
+        "--version", action="version", version=f"creditgym {installation.version('creditgym')}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     envs.add_command(sub)
     models.add_command(sub)  # creditgym models
-    doctor.add_command(sub)
+    installation.add_command(sub)  # creditgym doctor
     images.add_command(sub)
     train.add_command(sub)
     eval_command.add_command(sub)
@@ -44,16 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:  # before the parser: building it imports creditgym.envs, which a stray creditgym folder would shadow
+        installation.check_package()
+    except installation.ShadowedPackage as e:
+        raise SystemExit(f"creditgym: {e}") from None
     args = build_parser().parse_args(argv)
-    if getattr(args, "env", None) is not None and args.command in ("eval", "compare"):
-        from creditgym.envs import UnknownEnvError, resolve_env_id
+    try:
+        if getattr(args, "env", None) is not None and args.command in ("eval", "compare"):
+            from creditgym.envs import UnknownEnvError, resolve_env_id
 
-        try:  # module:EnvId imports the module here; compare's runs get the same string and do the same
-            resolve_env_id(args.env)
-        except UnknownEnvError as e:
-            raise SystemExit(f"creditgym {args.command}: {e}") from e
-    return int(args.func(args))
+            try:  # module:EnvId imports the module here; compare's runs get the same string and do the same
+                resolve_env_id(args.env)
+            except UnknownEnvError as e:
+                raise SystemExit(f"creditgym {args.command}: {e}") from e
+        return int(args.func(args))
+    except ModuleNotFoundError as e:  # an optional dependency: name the extra that installs it
+        if (fix := installation.missing_extra(e)) is None:
+            raise
+        raise SystemExit(f"creditgym {args.command}: {fix}") from None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Under `python -m`, CPython exits by SIGINT (-2, not `code`) once a KeyboardInterrupt has ended any string
+    # exec (a dataclass being made when Ctrl-C came), even one caught since; a string exec of its own clears that.
+    exec("")
+    sys.exit(code)

@@ -189,6 +189,9 @@ class TokenEnv(gym.Env[dict[str, np.ndarray], int], abc.ABC):
     #: Whether `fork` may cut inside an episode (see `Forkable`): True when the ledger and the task are the whole
     #: state; an env with outside state (a sandbox) sets it to False.
     forks_mid_episode: bool = True
+    #: What the mean reward over episodes is called wherever it is reported (training summary, evaluation, plots):
+    #: "accuracy" when the reward is 0/1 correctness; an env with partial credit says "mean score".
+    score_name: str = "accuracy"
 
     def __init__(
         self,

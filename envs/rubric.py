@@ -112,6 +112,7 @@ class RubricEnv(OneTurnEnv[RubricTask]):
             tasks, min_criteria=min_criteria, max_criteria=max_criteria, split=split, preset=preset
         )
         self.reward_mode = reward_mode
+        self.score_name = "mean score" if reward_mode == "partial" else "accuracy"
         self.grade_timeout = float(grade_timeout)
 
     @property

@@ -151,6 +151,7 @@ class SWEEnv(TokenEnv):
             where = f"split {split!r} of " if split is not None else ""
             raise ValueError(f"no SWE tasks in {where}{tasks!r}" + (" (use split=None)" if split else ""))
         self.reward_mode = reward_mode
+        self.score_name = "mean score" if reward_mode == "partial" else "resolve rate"
         self.max_turns = int(max_turns)
         self.max_episode_tokens = int(max_episode_tokens)
         self.observation_tokens = int(observation_tokens)

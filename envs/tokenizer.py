@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from creditgym.installation import bundled_assets
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -27,8 +27,9 @@ CHATML_TEMPLATE = (
 )
 
 BUNDLED = "creditgym/tiny"
-#: The bundled model's folder (package data of ``creditgym``): its tokenizer is the bundled one.
-ASSETS = Path(str(importlib.resources.files("creditgym") / "assets" / "tiny"))
+#: The bundled model's folder (package data of ``creditgym``): its tokenizer is the bundled one. Importing this
+#: module under a stray ``creditgym`` folder that shadows the package raises `ShadowedPackage`, naming the folder.
+ASSETS = bundled_assets()
 
 # End-of-turn markers of common chat models; any of them present in a vocabulary ends a policy turn.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")

@@ -61,6 +61,5 @@ if __name__ == "__main__":
     args = parser.parse_args()
     cfg = TrainConfig(credit="undecided", steps=args.steps, prompts_per_step=2, group_size=4, eval_episodes=4)
     summary = train(cfg, args.out)
-    print(
-        f"undecided: {summary['steps']} steps, held-out accuracy {summary['eval_after']:.3f}, in {args.out}"
-    )
+    after, name = summary["eval_after"], summary["score_name"]
+    print(f"undecided: {summary['steps']} steps, held-out {name} {after:.3f}, in {args.out}")

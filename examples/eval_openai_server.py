@@ -205,7 +205,7 @@ def main() -> None:
         except AgentError as e:
             raise SystemExit(f"the endpoint gave no answer: {e}") from None
         print(
-            f"accuracy {report.accuracy:.3f} over {report.episodes} episodes (infra errors: {report.infra_errors};"
+            f"{report.score_name} {report.accuracy:.3f} over {report.episodes} episodes (infra errors: {report.infra_errors};"
             f" statuses: {report.statuses}; {report.seconds:.1f} s)"
         )
         print(f"report: {write_report(report, args.out)} (and report.md)")

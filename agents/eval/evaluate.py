@@ -44,6 +44,9 @@ class Report:
     statuses: dict[str, int]
     seconds: float
     records: list[EpisodeRecord] = field(default_factory=list)
+    score_name: str = (
+        "accuracy"  # what ``accuracy`` is called: the env's ``score_name`` (accuracy, mean score)
+    )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,7 +55,7 @@ class Report:
         rows = "\n".join(f"| {k} | {v} |" for k, v in sorted(self.statuses.items()))
         return (
             f"# {self.agent} on {self.env_id}\n\n"
-            f"| episodes | accuracy | infra errors | seconds |\n|---|---|---|---|\n"
+            f"| episodes | {self.score_name} | infra errors | seconds |\n|---|---|---|---|\n"
             f"| {self.episodes} | {self.accuracy:.3f} | {self.infra_errors} | {self.seconds:.1f} |\n\n"
             f"| status | episodes |\n|---|---|\n{rows}\n"
         )
@@ -140,6 +143,7 @@ def evaluate(
         statuses=dict(Counter(r.status for r in records)),
         seconds=time.perf_counter() - t0,
         records=records,
+        score_name=base.score_name,
     )
 
 

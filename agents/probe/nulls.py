@@ -33,6 +33,7 @@ __all__ = [
     "NULLS",
     "beats_credit",
     "best_null",
+    "few_prompts_note",
     "min_prompts",
     "null_advantages",
     "response_signs",
@@ -50,6 +51,18 @@ def min_prompts(alpha: float = 0.05) -> int:
 
 
 MIN_PROMPTS = min_prompts()
+
+
+def few_prompts_note(prompts: int, responses: int, alpha: float = 0.05) -> str | None:
+    """One line warning that ``prompts`` below `min_prompts` cannot support the probe's figures (A*'s
+    reliability and every interval: their clustered bootstrap mostly redraws a single prompt); None from there."""
+    if prompts >= min_prompts(alpha):
+        return None
+    return (
+        f"**Too few to rely on:** {responses} responses from {prompts} prompt(s), fewer than "
+        f"{min_prompts(alpha)}: A*'s reliability and every interval below rest on so few prompts that they say "
+        f"little beyond this batch; probe at least {min_prompts(alpha)} (--prompts)."
+    )
 
 
 def response_signs(rewards: Sequence[float], groups: Sequence[int]) -> np.ndarray:

@@ -336,6 +336,10 @@ def probe_markdown(result: Mapping[str, Any]) -> str:
         f"| A* reliability (split-half) | {_cell(rel['spearman'])} | {_cell(rel['pearson'])} | | |",
         f"| attainable correlation | {_cell(root['spearman'])} | {_cell(root['pearson'])} | | |",
     ]
+    from creditgym.agents.probe.nulls import few_prompts_note
+
+    if few := few_prompts_note(result.get("prompts", c["prompts"]), b["responses"]):
+        lines[1:1] = ["", few]  # under the line saying what was measured, above the figures it qualifies
     nulls = result.get("nulls", {})
     for name, figs in {**result["modules"], **nulls}.items():
         cells = " | ".join(

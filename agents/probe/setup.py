@@ -34,7 +34,8 @@ class ProbeConfig:
     Attributes:
         env_id: Env id (registered, or ``module:EnvId``); None: the checkpoint's, else ``TrainConfig.env_id``.
         env_kwargs: Env constructor arguments (None: the checkpoint's, else none).
-        model: ``creditgym/tiny`` or a model folder; None: the checkpoint's, else ``TrainConfig.model``.
+        model: ``creditgym/tiny``, a named model (``smollm2-135m``; ``creditgym models`` lists them), a ``.gguf``
+            file or a model folder, as in training; None: the checkpoint's, else ``TrainConfig.model``.
         credit: Modules (or variants ``name:key=value``) to score, and positive controls ``oracle:noise=q``;
             empty: every registered module and ``oracle:noise=0.5``.
         prompts: P tasks.

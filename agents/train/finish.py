@@ -22,9 +22,15 @@ class SavesState(Protocol):
 
 
 def run_summary(
-    cfg: TrainConfig, history: Sequence[Mapping[str, Any]], step: int, out: Path
+    cfg: TrainConfig,
+    history: Sequence[Mapping[str, Any]],
+    step: int,
+    out: Path,
+    *,
+    score_name: str = "accuracy",
 ) -> dict[str, Any]:
-    """The run's ``summary.json``: held-out accuracy before and after, and the curve of every evaluation."""
+    """The run's ``summary.json``: the held-out score before and after, the curve of every evaluation, and what
+    the score is called (the held-out env's ``score_name``: accuracy, mean score, ...)."""
     evals = [(m["step"], m["eval/accuracy"]) for m in history if m.get("eval/accuracy") is not None]
     return {
         "env_id": cfg.env_id,
@@ -34,6 +40,7 @@ def run_summary(
         "eval_before": evals[0][1] if evals else None,
         "eval_after": evals[-1][1] if evals else None,
         "eval_curve": evals,
+        "score_name": score_name,
         "out": str(out),
     }
 
@@ -53,7 +60,12 @@ def write_outputs(
         for provider in providers.values():
             provider.save(final)
         (out / "summary.json").write_text(json.dumps(dict(summary), indent=2) + "\n")
-        curves_png(list(history), out / "curves.png", title=f"{cfg.credit} on {cfg.env_id}")
+        curves_png(
+            list(history),
+            out / "curves.png",
+            title=f"{cfg.credit} on {cfg.env_id}",
+            score_name=str(summary.get("score_name", "accuracy")),
+        )
         credit_html(list(samples), out / "credit.html", title=f"{cfg.credit}: per-token advantages")
         credit_png(list(samples), out / "credit.png", title=f"{cfg.credit}: per-token advantages")
 

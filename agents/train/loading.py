@@ -4,7 +4,6 @@ download), and the check that the tokenizer fits the model's embedding."""
 from __future__ import annotations
 
 import contextlib
-import importlib.resources
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +22,10 @@ BUNDLED_MODEL = "creditgym/tiny"
 
 
 def bundled_model_path() -> Path:
-    """Folder of the bundled tiny model (``creditgym/assets/tiny/``, installed as package data)."""
-    return Path(str(importlib.resources.files("creditgym") / "assets" / "tiny"))
+    """Folder of the bundled tiny model (``creditgym/assets/tiny/``); `ShadowedPackage` names a stray folder."""
+    from creditgym.installation import bundled_assets
+
+    return bundled_assets()
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Pictures of a run (reward and held-out accuracy per step; responses with each token shaded by its advantage) and
+"""Pictures of a run (reward and held-out score per step; responses with each token shaded by its advantage) and
 of a study (held-out score per entry across seeds)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from creditgym.agents.study.stats import curve_stats
@@ -42,21 +43,33 @@ def credit_samples(
     return out
 
 
-def curves_png(history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
-    """Training reward per step and held-out accuracy at each evaluation, in one figure."""
+def curves_figure(
+    history: Sequence[dict[str, Any]], *, title: str = "", score_name: str = "accuracy"
+) -> Figure:
+    """Training reward per step and the held-out score (named ``score_name``, the env's) at each evaluation; the
+    legend beside the axes, where it hides no line."""
     train = [(m["step"], m["rollout/reward"]) for m in history if m.get("rollout/reward") is not None]
     evals = [(m["step"], m["eval/accuracy"]) for m in history if m.get("eval/accuracy") is not None]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    fig, ax = plt.subplots(figsize=(8.5, 4), dpi=110)
     if train:
         ax.plot(*zip(*train, strict=True), label="training reward (sampled)", alpha=0.7)
     if evals:
-        ax.plot(*zip(*evals, strict=True), "o-", label="held-out accuracy (greedy)")
+        ax.plot(*zip(*evals, strict=True), "o-", label=f"held-out {score_name} (greedy)")
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    if ax.has_data():
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def curves_png(
+    history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "", score_name: str = "accuracy"
+) -> Path:
+    """:func:`curves_figure` written to ``path`` as a PNG."""
+    fig = curves_figure(history, title=title, score_name=score_name)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
@@ -87,27 +100,44 @@ def credit_html(samples: Sequence[dict[str, Any]], path: str | Path, *, title: s
     return Path(path)
 
 
-def credit_png(
-    samples: Sequence[dict[str, Any]], path: str | Path, *, title: str = "", max_tokens: int = 40
-) -> Path:
-    """The same picture as :func:`credit_html` as a PNG: one row per response, one cell per token."""
+def credit_figure(
+    samples: Sequence[dict[str, Any]], *, title: str = "", per_row: int = 16, label_chars: int = 12
+) -> Figure:
+    """The picture of :func:`credit_html` as a figure: each response a band of rows of ``per_row`` token cells
+    (every token shown, wrapped), each cell labelled with its token (``label_chars`` characters at most) and
+    coloured by its advantage on the colour bar's scale."""
     import numpy as np
 
-    n = max(len(samples), 1)
-    fig, ax = plt.subplots(figsize=(12, 0.6 * n + 1.2), dpi=110)
+    bands = [range(0, max(len(s["tokens"]), 1), per_row) for s in samples]
+    n = max(sum(len(b) for b in bands), 1)
     scale = max((abs(a) for s in samples for a in s["advantages"]), default=1.0) or 1.0
-    grid = np.full((n, max_tokens), np.nan)
-    for i, s in enumerate(samples):
-        adv = s["advantages"][:max_tokens]
-        grid[i, : len(adv)] = adv
-        for j, tok in enumerate(s["tokens"][:max_tokens]):
-            label = "".join(c if c.isprintable() else "·" for c in tok.replace("\n", "⏎"))[:6]
-            ax.text(j, i, label, ha="center", va="center", fontsize=6)
-    ax.imshow(grid, cmap="RdYlGn", vmin=-scale, vmax=scale, aspect="auto")
-    ax.set_yticks(range(n), [f"r={s['reward']:.2f}" for s in samples] if samples else [""])
-    ax.set_xlabel("response token")
+    grid = np.full((n, per_row), np.nan)
+    fig, ax = plt.subplots(figsize=(0.8 * per_row + 2.5, 0.32 * n + 1.4), dpi=110)
+    row, ticks = 0, []
+    for s, band in zip(samples, bands, strict=True):
+        ticks.append((row, f"r={s['reward']:.2f}"))
+        for lo in band:
+            grid[row, : len(s["advantages"][lo : lo + per_row])] = s["advantages"][lo : lo + per_row]
+            for j, tok in enumerate(s["tokens"][lo : lo + per_row]):
+                label = "".join(c if c.isprintable() else "·" for c in tok.replace("\n", "⏎"))
+                label = label if len(label) <= label_chars else label[: label_chars - 1] + "…"
+                ax.text(j, row, label, ha="center", va="center", fontsize=6)
+            row += 1
+        if row < n:
+            ax.axhline(row - 0.5, color="black", lw=0.8)  # between two responses
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=-scale, vmax=scale, aspect="auto")
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01, label="advantage")
+    ax.set_yticks([t for t, _ in ticks] or [0], [lab for _, lab in ticks] or [""])
+    ax.set_xticks([])
+    ax.set_xlabel(f"response tokens, {per_row} a row")
     ax.set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def credit_png(samples: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
+    """:func:`credit_figure` written to ``path`` as a PNG."""
+    fig = credit_figure(samples, title=title)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)

@@ -324,7 +324,10 @@ class Trainer:
         evaluate = lambda: evaluate_policy(self.policy, self.eval_env, cfg.eval_episodes, self.eval_seed)  # noqa: E731
         if self.step == 0 and self.is_main:
             try:  # the first Ctrl-C / SIGTERM of the step-0 evaluation stops the run: nothing is trained yet
-                with RaiseOnSignals():
+                with RaiseOnSignals():  # the line says so once a signal stops this evaluation cleanly
+                    print(
+                        f"[creditgym] step 0: held-out evaluation, {cfg.eval_episodes} episodes", flush=True
+                    )
                     first = {"step": 0.0, **evaluate(), **self._probe()}
             except KeyboardInterrupt as e:
                 raise KeyboardInterrupt(
@@ -365,7 +368,8 @@ class Trainer:
         in_sync = self._params_in_sync()
         if not self.is_main:
             return {"is_main": False}
-        summary = run_summary(cfg, self.log.history, self.step, self.out)
+        score_name = self.eval_env.unwrapped.score_name
+        summary = run_summary(cfg, self.log.history, self.step, self.out, score_name=score_name)
         if self.accelerator is not None:
             summary.update({"processes": self.accelerator.num_processes, "params_in_sync": in_sync})
         write_outputs(self.out, cfg, self.policy, self.providers, summary, log.history, self.samples)
@@ -386,7 +390,7 @@ class Trainer:
 def train(
     cfg: TrainConfig, out: str | Path, *, resume: bool = False, overwrite: bool = False, wandb: str = ""
 ) -> dict[str, Any]:
-    """Run ``cfg`` into ``out`` and return the summary (held-out accuracy before and after, the curve).
+    """Run ``cfg`` into ``out`` and return the summary (held-out score before and after, the curve).
 
     ``out`` must hold no run unless ``resume`` (continue it, with its settings) or ``overwrite`` (delete it
     first): `creditgym.agents.train.run_folder`. ``wandb``: a Weights & Biases project to log to as well

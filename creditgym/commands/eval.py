@@ -26,8 +26,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"creditgym eval: {e}") from e
     print(
-        f"{report.agent:<8} on {report.env_id}: accuracy {report.accuracy:.3f} over {report.episodes} episodes "
-        f"(infra errors: {report.infra_errors}; statuses: {report.statuses})"
+        f"{report.agent:<8} on {report.env_id}: {report.score_name} {report.accuracy:.3f} over "
+        f"{report.episodes} episodes (infra errors: {report.infra_errors}; statuses: {report.statuses})"
     )
     if args.out:
         print(f"report: {write_report(report, args.out)}")

@@ -27,9 +27,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit(f"creditgym train: {e.args[0] if e.args else e}") from e
     if not summary.get("is_main", True):
         return 0  # a secondary process of a multi-process run: process 0 reports
-    before, after = summary["eval_before"], summary["eval_after"]
+    before, after, name = summary["eval_before"], summary["eval_after"], summary["score_name"]
     print(
-        f"held-out accuracy: before {before:.3f} -> after {after:.3f} ({cfg.credit}, {summary['steps']} steps)"
+        f"held-out {name}: before {before:.3f} -> after {after:.3f} ({cfg.credit}, {summary['steps']} steps)"
     )
     print(
         f"outputs in {args.out}: metrics.jsonl, tensorboard/, checkpoints/, final/, curves.png, credit.html"

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,11 +201,13 @@ def test_image_locks_live_where_no_import_finds_them() -> None:
 def test_ctrl_c_during_the_step_0_evaluation_is_one_line_and_exit_130(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "creditgym.cli", "train", "--out", str(out), "--eval-episodes", "400"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while (
-        not (out / "history.jsonl").exists() and proc.poll() is None
-    ):  # written just before step 0's evaluation
-        time.sleep(0.05)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # printed once the evaluation's signal handlers are in place
+        if line.startswith("[creditgym] step 0: held-out evaluation, 400 episodes"):
+            break
+    else:
+        pytest.fail(f"no line announced the step-0 evaluation: {proc.communicate(timeout=60)[1]}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     lines = err.strip().splitlines()
