@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Defaults that differ per model (`TrainConfig.for_model`), measured on it: docs/models.md has the runs.
-#: SmolLM2-135M-Instruct at the tiny model's lr 5e-5 fell 0.21 -> 0.02 held-out after one grpo step; at 1e-6
-#: it keeps its score.
+#: Defaults that differ per model, measured on it (docs/models.md has the runs): `TrainConfig.for_model` applies
+#: them, except ``max_new_tokens``, which waits for the env (`response_budget`).
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "smollm2-135m": {"lr": 1e-6, "temperature": 1.0, "max_new_tokens": 48},
+    "creditgym/tiny": {"max_new_tokens": 48},
+    "smollm2-135m": {"lr": 1e-6, "max_new_tokens": 48},
 }
 
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -30,8 +30,8 @@ class TrainConfig:
     Attributes:
         env_id: Env id: a registered id, or Gymnasium's ``module:EnvId`` (the module is imported first).
         env_kwargs: Keyword arguments of the env's constructor (``gymnasium.make``), e.g. ``{"difficulty": 2}``.
-        max_new_tokens: Response token budget per turn, passed to the env as ``max_new_tokens`` when its
-            constructor takes one; None keeps the env's own budget.
+        max_new_tokens: Response token budget per turn; None: not set, so the model's default (``creditgym
+            models``), else the env's own (`response_budget` decides, once).
         eval_env_id: Env id of the held-out evaluation (default: ``env_id``, on its test split when it has one).
         eval_env_kwargs: Keyword arguments of the evaluation env (added to ``env_kwargs`` when it is the same env).
         credit: Name of the credit module (``creditgym.credit.available()``).
@@ -75,7 +75,7 @@ class TrainConfig:
 
     env_id: str = "creditgym/Math-v0"
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    max_new_tokens: int | None = 48
+    max_new_tokens: int | None = None
     eval_env_id: str | None = None
     eval_env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     credit: str = "grpo"
@@ -112,8 +112,13 @@ class TrainConfig:
 
     @classmethod
     def for_model(cls, **fields: Any) -> TrainConfig:
-        """A config whose unset fields take the defaults of its model (`MODEL_DEFAULTS`), then the class's."""
-        return cls(**{**MODEL_DEFAULTS.get(str(fields.get("model", cls.model)), {}), **fields})
+        """A config whose unset fields take the defaults of its model (`MODEL_DEFAULTS`), then the class's.
+
+        The model's ``max_new_tokens`` is not filled in here: it applies only to an env that takes a budget, which
+        `response_budget` knows, and ``max_new_tokens`` stays None, "not set", until then.
+        """
+        model = MODEL_DEFAULTS.get(str(fields.get("model", cls.model)), {})
+        return cls(**{**{k: v for k, v in model.items() if k != "max_new_tokens"}, **fields})
 
     def __post_init__(self) -> None:
         positive = (
@@ -166,18 +171,53 @@ class TrainConfig:
             )
 
 
-def resolve(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with what it leaves to its credit module filled in: ``loss`` None becomes the module's actor loss
-    (``creditgym.credit.get(cfg.credit).actor_loss``). The trainer runs, and records, the resolved config.
+def response_budget(cfg: TrainConfig) -> int | None:
+    """The response token budget per turn of a run of ``cfg``: the one place it is decided.
+
+    The first of: the user's (``max_new_tokens``: ``--max-new-tokens``, a ``--config`` file,
+    ``TrainConfig(max_new_tokens=...)``; or ``max_new_tokens`` in ``env_kwargs``); the model's default
+    (`MODEL_DEFAULTS`), when the env's constructor takes a ``max_new_tokens``; None: the env's own (its
+    constructor's default: Math-v0 256, Rubric-v0 its preset's, Planted-v0 16, SWEBench-v0 1024).
 
     Raises:
-        ValueError: an unknown module (the known ones listed), or an actor loss nobody registered (the run's or
-            the module's; the known ones listed).
+        ValueError: the user set a budget the env's constructor does not take, or set it twice, differently.
+    """
+    from creditgym.envs import env_accepts, resolve_env_id  # gymnasium: only when a run is resolved
+
+    env_id = resolve_env_id(cfg.env_id)
+    given = cfg.env_kwargs.get("max_new_tokens")
+    if given is not None and cfg.max_new_tokens is not None and given != cfg.max_new_tokens:
+        raise ValueError(
+            f"max_new_tokens={cfg.max_new_tokens} and env_kwargs max_new_tokens={given} differ: set the budget "
+            "once (--max-new-tokens)"
+        )
+    user = cfg.max_new_tokens if cfg.max_new_tokens is not None else given
+    accepts = env_accepts(env_id, "max_new_tokens")
+    if user is not None and not accepts:
+        raise ValueError(
+            f"env {env_id!r} takes no max_new_tokens, so max_new_tokens={user} cannot reach it; leave "
+            "--max-new-tokens out, or give the env a max_new_tokens argument"
+        )
+    if user is not None:
+        return int(user)
+    model = MODEL_DEFAULTS.get(cfg.model, {}).get("max_new_tokens")
+    return int(model) if model is not None and accepts else None
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with what it leaves to others filled in: ``max_new_tokens`` None becomes `response_budget`'s, and
+    ``loss`` None the credit module's actor loss (``creditgym.credit.get(cfg.credit).actor_loss``). The trainer
+    runs, and records, the resolved config.
+
+    Raises:
+        ValueError: a budget the env cannot take (`response_budget`), an unknown module (the known ones listed),
+            or an actor loss nobody registered (the run's or the module's; the known ones listed).
     """
     # both import torch: only when a run is resolved, not with this module
     from creditgym.agents.train.loss import get_loss
     from creditgym.credit import get
 
+    cfg = dataclasses.replace(cfg, max_new_tokens=response_budget(cfg))
     if cfg.loss is not None:
         get_loss(cfg.loss)
         return cfg
