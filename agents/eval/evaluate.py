@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 from creditgym.agents.eval.scripted import SCRIPTED, Agent
 from creditgym.agents.train.config import TrainConfig, response_budget
 from creditgym.agents.train.rollout import PolicyAgent, play, truncated_share
+from creditgym.agents.train.sampling import Sampling
 from creditgym.envs import env_accepts, make, resolve_env_id, with_tokenizer
 
 
@@ -80,7 +81,7 @@ def make_agent(
         return OpenAIAgent(spec[7:], base_url=base_url)
     from creditgym.agents.train.policy import load_policy
 
-    agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
+    agent = PolicyAgent(load_policy(spec[3:], device=device), Sampling.greedy())
     agent.name = spec
     return agent
 
@@ -421,7 +422,7 @@ def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int)
     for i in range(episodes):
         base.reset(seed=seed_base + i)
         envs.append(base.fork())
-    done = play(PolicyAgent(policy, temperature=0.0), envs, list(range(episodes)))
+    done = play(PolicyAgent(policy, Sampling.greedy()), envs, list(range(episodes)))
     kept = [ep for ep in done if ep.infra_error is None]
     return {
         "eval/accuracy": float(np.mean([ep.reward for ep in kept])) if kept else float("nan"),
