@@ -72,7 +72,7 @@ def main() -> None:
         cfg = TrainConfig(
             env_id="creditgym/Rubric-v0",
             env_kwargs={"preset": args.preset},
-            max_new_tokens=None,  # the preset's own response budget (256 tokens, 192 for hard)
+            max_new_tokens=PRESETS[args.preset].max_new_tokens,  # the preset's (256 tokens, 192 for hard)
             credit="cort",  # its defaults; change one with credit_kwargs={"tau": 2.0}
             model=args.model,
             steps=args.steps,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from creditgym.envs.rubric_tasks import PRESETS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -172,7 +174,10 @@ def test_train_rubric_cort_trains_and_reads_cort_metrics(tmp_path: Path) -> None
         "cort",
         {"preset": "default"},
     )
-    assert config["max_new_tokens"] is None and config["steps"] == 2 and config["eval_episodes"] == 4
+    assert (
+        config["max_new_tokens"] == PRESETS["default"].max_new_tokens
+    )  # the preset's budget, not the model's
+    assert config["steps"] == 2 and config["eval_episodes"] == 4
     for name in ("metrics.jsonl", "summary.json", "credit.html", "credit.png", "curves.png", "final"):
         assert (out / name).exists(), name
     summary = json.loads((out / "summary.json").read_text())

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from creditgym.agents.train.policy import Policy
 
 from creditgym.agents.eval.scripted import SCRIPTED, Agent
-from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.config import TrainConfig, response_budget
 from creditgym.agents.train.rollout import PolicyAgent, play, truncated_share
+from creditgym.agents.train.sampling import Sampling
 from creditgym.envs import env_accepts, make, resolve_env_id, with_tokenizer
 
 
@@ -83,7 +84,7 @@ def make_agent(
         return OpenAIAgent(spec[7:], base_url=base_url)
     from creditgym.agents.train.policy import load_policy
 
-    agent = PolicyAgent(load_policy(spec[3:], device=device), temperature=0.0)
+    agent = PolicyAgent(load_policy(spec[3:], device=device), Sampling.greedy())
     agent.name = spec
     return agent
 
@@ -388,20 +389,15 @@ def make_envs(cfg: TrainConfig, tokenizer: Any) -> tuple[gym.Env, gym.Env, int, 
     """The training env, the held-out env, the held-out reset seed base, and a note on how it was chosen.
 
     Both envs get ``tokenizer``, the policy's (`creditgym.envs.with_tokenizer`). Only what every `TokenEnv` has
-    is assumed: ``max_new_tokens`` is passed to an env whose constructor takes it,
-    and the held-out env is the test split (``split="test"``) of an env that has one, else the same env reset with
-    seeds no training reset uses.
+    is assumed: the response budget is `response_budget`'s (passed as ``max_new_tokens`` unless it is the env's
+    own), and the held-out env is the test split (``split="test"``) of an env that has one, else the same env
+    reset with seeds no training reset uses.
     """
     env_id = resolve_env_id(cfg.env_id)
     kwargs = dict(cfg.env_kwargs)
-    if cfg.max_new_tokens is not None and "max_new_tokens" not in kwargs:
-        if env_accepts(env_id, "max_new_tokens"):
-            kwargs["max_new_tokens"] = cfg.max_new_tokens
-        elif cfg.max_new_tokens != TrainConfig.max_new_tokens:
-            raise ValueError(
-                f"env {env_id!r} takes no max_new_tokens, so max_new_tokens={cfg.max_new_tokens} cannot reach "
-                "it; leave --max-new-tokens at its default, or give the env a max_new_tokens argument"
-            )
+    budget = response_budget(cfg)
+    if budget is not None:
+        kwargs["max_new_tokens"] = budget
     eval_id = resolve_env_id(cfg.eval_env_id) if cfg.eval_env_id else env_id
     eval_kwargs = {**(kwargs if eval_id == env_id else {}), **dict(cfg.eval_env_kwargs)}
     if eval_id != env_id and "max_new_tokens" in kwargs and env_accepts(eval_id, "max_new_tokens"):
@@ -430,7 +426,7 @@ def evaluate_policy(policy: Policy, env: gym.Env, episodes: int, seed_base: int)
     for i in range(episodes):
         base.reset(seed=seed_base + i)
         envs.append(base.fork())
-    done = play(PolicyAgent(policy, temperature=0.0), envs, list(range(episodes)))
+    done = play(PolicyAgent(policy, Sampling.greedy()), envs, list(range(episodes)))
     kept = [ep for ep in done if ep.infra_error is None]
     return {
         "eval/accuracy": float(np.mean([ep.reward for ep in kept])) if kept else float("nan"),

@@ -56,6 +56,7 @@ from creditgym.agents.providers.mc import (
     sample_continuations,
 )
 from creditgym.agents.train.rollout import Episode, PolicyAgent, play
+from creditgym.agents.train.sampling import Sampling
 from creditgym.credit import MARK, CreditModule
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def sample_batch(
         env.reset(seed=int(rng.integers(2**31)))
         envs += [env.fork() for _ in range(group)]
         groups += [p] * group
-    agent = PolicyAgent(policy, temperature=temperature, top_p=top_p, generator=_generator(policy, seed))
+    agent = PolicyAgent(policy, Sampling(temperature, top_p, _generator(policy, seed)))
     return [ep for ep in play(agent, envs, groups, rng=rng) if ep.infra_error is None]
 
 
@@ -233,13 +234,7 @@ def _sample(
     todo = est.total - int(sum(int(n.sum()) for n in est.sampled))
     with RolloutProgress(what, todo) as bar:
         stats = sample_continuations(
-            est,
-            setup.policy,
-            temperature=setup.run.temperature,
-            top_p=setup.run.top_p,
-            generator=generator,
-            rows=cfg.rows,
-            on_progress=bar.advance,
+            est, setup.policy, Sampling.of(setup.run, generator), rows=cfg.rows, on_progress=bar.advance
         )
     return stats.policy_tokens
 
@@ -441,7 +436,7 @@ def probe_metrics(
         episodes = sample_batch(policy, env, cfg.probe_prompts, cfg.group_size, seed=seed, **sampling)
         est = plan(episodes, cfg.probe_k, cfg.probe_stride)
         generator = _generator(policy, _seed(cfg.seed, step, 102))
-        sample_continuations(est, policy, generator=generator, **sampling)
+        sample_continuations(est, policy, Sampling.of(cfg, generator))
         seed = _seed(cfg.seed, step, 103)
         adv = module_advantages(
             module, credit_cfg, providers, episodes, policy, step=step, total_steps=cfg.steps, seed=seed

@@ -16,7 +16,7 @@ from creditgym.agents.probe.control import DEFAULT_NOISE, ORACLE, parse_control
 from creditgym.agents.providers import RunContext, SignalProvider, build_providers
 from creditgym.agents.providers.mc import check_forkable
 from creditgym.agents.train.checkpoint import MANIFEST, latest_checkpoint, load_checkpoint
-from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.config import TrainConfig, response_budget
 from creditgym.agents.train.policy import load_policy
 from creditgym.credit.vine import VineConfig
 from creditgym.envs import env_accepts, resolve_env_id
@@ -48,7 +48,7 @@ class ProbeConfig:
         delimiter: With ``every`` None, the text that ends a step (None: `vine`'s default).
         temperature: Sampling temperature of the batch and the continuations (None: the run's).
         top_p: Nucleus mass (None: the run's).
-        max_new_tokens: Response budget (None: the run's).
+        max_new_tokens: Response budget (None: the run's, else the model's, else the env's: `response_budget`).
         max_turns: Turn budget of a multi-turn env (passed as ``max_turns``); a multi-turn env needs one.
         seed: Seeds the batch, the continuations and the bootstrap.
         checkpoint: A checkpoint folder, a ``creditgym train`` run folder (its latest) or its ``checkpoints/``.
@@ -154,8 +154,9 @@ def _resolve(cfg: ProbeConfig) -> tuple[TrainConfig, dict[str, Any] | None, Path
         "max_new_tokens": cfg.max_new_tokens,
     }
     env_kwargs = dict(cfg.env_kwargs if cfg.env_kwargs is not None else base.env_kwargs)
-    if cfg.env_id is not None and cfg.env_id != base.env_id and cfg.env_kwargs is None:
-        env_kwargs = {}
+    if cfg.env_id is not None and cfg.env_id != base.env_id:  # the run's env settings stay with its env
+        env_kwargs = env_kwargs if cfg.env_kwargs is not None else {}
+        base = dataclasses.replace(base, max_new_tokens=None)
     if cfg.max_turns is not None:
         env_kwargs["max_turns"] = cfg.max_turns
     run = dataclasses.replace(
@@ -166,7 +167,7 @@ def _resolve(cfg: ProbeConfig) -> tuple[TrainConfig, dict[str, Any] | None, Path
         group_size=cfg.group,
         seed=cfg.seed,
     )
-    return run, state, path
+    return dataclasses.replace(run, max_new_tokens=response_budget(run)), state, path
 
 
 def _warm_states(

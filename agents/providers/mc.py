@@ -33,6 +33,7 @@ from torch import Tensor
 from creditgym.agents.providers.base import SignalProvider, StepContext, register_provider
 from creditgym.agents.train.backends import GenerationBackend
 from creditgym.agents.train.rollout import Episode, PolicyAgent, RolloutStats, play
+from creditgym.agents.train.sampling import Sampling
 from creditgym.credit.vine import NEWLINE
 from creditgym.envs.core import Forkable, Source, TokenEnv
 
@@ -286,15 +287,14 @@ class _Unscored:
 def sample_continuations(
     est: MCEstimate,
     policy: Any,
+    sampling: Sampling,
     *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
     rows: int = DEFAULT_ROWS,
     on_progress: Callable[[int], None] | None = None,
 ) -> RolloutStats:
     """Fill ``est.rewards`` in place: the columns of each segment start not sampled yet (all ``K`` of a new
-    estimate, the new ones after `MCEstimate.grow`), forks of its prefix played to their ends.
+    estimate, the new ones after `MCEstimate.grow`), forks of its prefix played to their ends, sampled with
+    ``sampling`` (the run's temperature and top-p, and the generator the draws come from).
 
     Forks are played about ``rows`` at a time (one `play` call, batched generation; a start's forks are never
     split), longest remaining responses first so that a batch's rows finish together; ``on_progress(n)`` is
@@ -307,9 +307,7 @@ def sample_continuations(
     ]
     todo.sort(key=lambda item: -(len(est.policy_index[item[0]]) - est.starts[item[0]][item[1]]))
     agent_stats = RolloutStats()
-    agent = PolicyAgent(
-        _Unscored(policy), temperature=temperature, top_p=top_p, generator=generator, stats=agent_stats
-    )
+    agent = PolicyAgent(_Unscored(policy), sampling, stats=agent_stats)
     while todo:
         items: list[tuple[int, int, int]] = []
         forks: list[TokenEnv] = []
@@ -360,10 +358,7 @@ class MonteCarloValues(SignalProvider):
                 'every=16, or --credit-kw \'delimiter=";"\'; in a study, vine:every=16 or vine:delimiter=";").',
                 stacklevel=3,  # the trainer's call, past torch.no_grad's wrapper
             )
-        cfg = self.run.cfg
-        sample_continuations(
-            est, step.policy, temperature=cfg.temperature, top_p=cfg.top_p, generator=step.generator
-        )
+        sample_continuations(est, step.policy, Sampling.of(self.run.cfg, step.generator))
         out = est.signal(tuple(step.batch.input_ids.shape))  # type: ignore[arg-type]
         return out.to(step.policy_mask.device) * step.policy_mask.unsqueeze(-1)
 

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backend",
+    "Decoding",
     "GenerationBackend",
     "HFBackend",
     "Sampled",
-    "Sampling",
     "VLLMBackend",
     "truncate_at_stop",
 ]
@@ -87,8 +87,9 @@ def _seed_from(generator: torch.Generator) -> int:
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """One ``generate`` call's sampling rule, checked (`Backend.generate` builds it)."""
+class Decoding:
+    """One ``generate`` call's decoding rule, checked (`Backend.generate` builds it): the run's sampling
+    (`creditgym.agents.train.sampling.Sampling`, passed as keywords) with this call's budget and stop ids."""
 
     max_new_tokens: int
     temperature: float
@@ -140,7 +141,7 @@ class Backend(abc.ABC):
         )  # empty: every response runs max_new_tokens (Planted-v0)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        sampling = Sampling(max_new_tokens, float(temperature), float(top_p), stops, generator)
+        sampling = Decoding(max_new_tokens, float(temperature), float(top_p), stops, generator)
         size = self.max_batch_size or max(len(prompts), 1)
         parts = [self._sample(prompts[lo : lo + size], sampling) for lo in range(0, len(prompts), size)]
         tokens = [t for part in parts for t in part.tokens]
@@ -149,7 +150,7 @@ class Backend(abc.ABC):
         return Sampled(tokens, [lp for part in parts for lp in part.logprobs or []])
 
     @abc.abstractmethod
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Decoding) -> Sampled:
         """Token ids (and log-probs, if the backend has them) for one batch, each cut at its first stop token."""
 
     @abc.abstractmethod
@@ -193,7 +194,7 @@ class HFBackend(Backend):
         self.model = model
 
     @torch.no_grad()
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Decoding) -> Sampled:
         device = next(self.model.parameters()).device
         n = len(prompts)
         unique: dict[tuple[int, ...], int] = {}
@@ -298,7 +299,7 @@ def _fresh_generator(generator: torch.Generator | None, device: torch.device) ->
 
 
 def _draw(
-    logits: torch.Tensor, sampling: Sampling, rng: torch.Generator | None, rows: torch.Tensor, n: int
+    logits: torch.Tensor, sampling: Decoding, rng: torch.Generator | None, rows: torch.Tensor, n: int
 ) -> torch.Tensor:
     """One token for each of the ``(b, V)`` float logits' rows (``rows``: their places in a batch of ``n``).
 
@@ -375,7 +376,7 @@ class VLLMBackend(Backend):
         kwargs.update(llm_kwargs)
         self.llm = vllm.LLM(**kwargs)
 
-    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Sampling) -> Sampled:
+    def _sample(self, prompts: Sequence[Sequence[int]], sampling: Decoding) -> Sampled:
         """One seed per request drawn from ``sampling.generator`` makes a call deterministic in its state."""
         generator, stops = sampling.generator, sampling.stops
         base_seed = _seed_from(generator) if generator is not None else None

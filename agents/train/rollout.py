@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from creditgym.agents.train.sampling import Sampling
 from creditgym.envs.core import Source, TokenEnv
 
 
@@ -98,23 +99,13 @@ class PolicyAgent:
 
     Args:
         policy: The policy.
-        temperature: 0 = greedy.
-        top_p: Nucleus mass.
-        generator: Seeded generator for reproducible sampling.
+        sampling: Temperature, top-p and seeded generator (`Sampling.of` a run's config; `Sampling.greedy`).
         stats: Where generation time and out-of-memory halvings are counted.
     """
 
-    def __init__(
-        self,
-        policy: Any,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        generator: torch.Generator | None = None,
-        stats: RolloutStats | None = None,
-    ) -> None:
+    def __init__(self, policy: Any, sampling: Sampling, *, stats: RolloutStats | None = None) -> None:
         self.name = "policy"
-        self.policy, self.temperature, self.top_p, self.generator = policy, temperature, top_p, generator
+        self.policy, self.sampling = policy, sampling
         self.stats = stats or RolloutStats()
 
     def respond_batch(
@@ -126,10 +117,8 @@ class PolicyAgent:
             [env.ledger.token_id.tolist() for env in envs],
             self.stats,
             max_new_tokens=max(env.turn_tokens_left for env in envs),
-            temperature=self.temperature,
-            top_p=self.top_p,
             stop_token_ids=envs[0].stop_token_ids,
-            generator=self.generator,
+            **self.sampling.kwargs(),
         )
         self.stats.generate_s += time.perf_counter() - t0
         return out.tokens, out.logprobs

@@ -45,6 +45,7 @@ from creditgym.agents.train.plots import credit_samples
 from creditgym.agents.train.policy import load_policy
 from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note, equal_rewards_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
+from creditgym.agents.train.sampling import Sampling
 from creditgym.agents.train.update import adamw, backward, rows_with_gradient, update_pass
 from creditgym.agents.train.wandb_log import WandbLog, require_wandb
 from creditgym.credit import CREDIT, CreditOutput
@@ -193,9 +194,7 @@ class Trainer:
             envs += [base.fork() for _ in range(cfg.group_size)]
             groups += [p] * cfg.group_size
         stats = RolloutStats()
-        agent = PolicyAgent(
-            self.policy, temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, stats=stats
-        )
+        agent = PolicyAgent(self.policy, Sampling.of(cfg, generator), stats=stats)
         try:
             episodes = play(agent, envs, groups, rng=rng, stats=stats)
         except RuntimeError as err:  # sampling from NaN/inf probabilities: the weights have diverged

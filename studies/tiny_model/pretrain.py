@@ -66,7 +66,7 @@ from training_data import (
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 from creditgym.agents.train.backends import HFBackend
-from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.config import MODEL_DEFAULTS
 from creditgym.envs.math import MathEnv
 from creditgym.envs.math_tasks import CHAIN_LEVEL, DEFAULT_LEVEL, MathTask, ProceduralMath, last_boxed
 from creditgym.envs.rubric import RubricEnv
@@ -76,7 +76,9 @@ from creditgym.envs.tokenizer import ASSETS, load_tokenizer
 ROOT = Path(__file__).resolve().parents[2]
 LEVEL_MIX = {DEFAULT_LEVEL: 0.7, 1: 0.15, 3: 0.15}  # share of the math group's problems per difficulty level
 REPORT_SEED, VALIDATION_SEED = 0, 1  # held-out sets: the final report, and the early-stopping check
-TRAINER_BUDGET = int(TrainConfig().max_new_tokens or 48)  # what `creditgym train` gives a response
+TRAINER_BUDGET = int(
+    MODEL_DEFAULTS["creditgym/tiny"]["max_new_tokens"]
+)  # what `creditgym train` gives a response
 HARD_BUDGET = PRESETS["hard"].max_new_tokens
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from creditgym.agents.train.config import TrainConfig, config_help
 from creditgym.agents.train.config_file import load_config_file
+from creditgym.agents.train.flags import MAPPING_FLAGS
 
 SMALL = ["--steps", "1", "--eval-every", "1", "--eval-episodes", "2", "--max-new-tokens", "8"]
 
@@ -73,3 +76,18 @@ def test_the_cli_says_a_bad_or_missing_file_in_one_line(tmp_path: Path) -> None:
         f"creditgym train: --config {tmp_path / 'nope.toml'}: cannot read it (No such file or directory)"
     ]
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_each_train_flag_shows_the_help_of_its_field() -> None:
+    fields = [f for f in dataclasses.fields(TrainConfig)]
+    assert all(f.metadata.get("help") for f in fields)  # every field carries its help
+    assert config_help(TrainConfig) == {f.name: f.metadata["help"] for f in fields}
+    shown = "".join(_train("--help").stdout.split())  # argparse wraps lines, at spaces and hyphens
+    for f in fields:
+        if f.name not in MAPPING_FLAGS:  # --env, --env-kw ...: flags of their own shape, help of their own
+            assert "".join(f.metadata["help"].replace("``", "").split()) in shown, f.name
+    # the docstring's Attributes section (help(), the API page) holds the same help, read back by the parser
+    # that reads a config whose fields carry none
+    doc_only = dataclasses.make_dataclass("DocOnly", [(f.name, object) for f in fields])
+    doc_only.__doc__ = TrainConfig.__doc__
+    assert config_help(doc_only) == config_help(TrainConfig)

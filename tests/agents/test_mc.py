@@ -23,6 +23,7 @@ from creditgym.agents.providers.mc import (
 from creditgym.agents.train.config import TrainConfig
 from creditgym.agents.train.policy import Policy, load_policy
 from creditgym.agents.train.rollout import Episode
+from creditgym.agents.train.sampling import Sampling
 from creditgym.agents.train.trainer import Trainer
 from creditgym.envs import make
 
@@ -40,6 +41,11 @@ def probe_envs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``probe_envs:ProbeParity-v0`` and friends resolve (the module is imported by its ``module:EnvId``)."""
     monkeypatch.syspath_prepend(str(HERE))
     yield
+
+
+def _sampling(seed: int) -> Sampling:
+    """The run's default sampling, drawing from a generator seeded with ``seed``."""
+    return Sampling.of(TrainConfig(), torch.Generator().manual_seed(seed))
 
 
 def _batch(policy: Policy, env_id: str, prompts: int = 2, group: int = 2, **kwargs: object) -> list[Episode]:
@@ -62,7 +68,7 @@ def test_segment_starts_every_token_every_k_and_newlines() -> None:
 def test_astar_sums_along_a_response_to_its_reward_minus_v0(policy: Policy, every: int | None) -> None:
     episodes = _batch(policy, "creditgym/Math-v0", max_new_tokens=24)
     est = plan(episodes, 2, every)
-    sample_continuations(est, policy, generator=torch.Generator().manual_seed(0))
+    sample_continuations(est, policy, _sampling(0))
     assert est.done == est.total
     for ep, astar, v in zip(episodes, est.token_advantages(), est.values(), strict=True):
         assert len(astar) == int(ep.env.ledger.policy_mask.sum())
@@ -79,7 +85,7 @@ def test_the_astar_mass_lies_on_the_tokens_the_reward_depends_on(policy: Policy)
 
     episodes = _batch(policy, "probe_envs:ProbeParity-v0", prompts=3, group=2)
     est = plan(episodes, 4, 1)
-    sample_continuations(est, policy, generator=torch.Generator().manual_seed(1))
+    sample_continuations(est, policy, _sampling(1))
     astar = est.token_advantages()
     on_code = sum(float(np.abs(a[:CODE]).sum()) for a in astar)
     total = sum(float(np.abs(a).sum()) for a in astar)
@@ -97,17 +103,13 @@ def test_growing_k_samples_only_the_new_columns(policy: Policy) -> None:
     episodes = _batch(policy, "creditgym/Math-v0", max_new_tokens=12)
     est = plan(episodes, 2, 4)
     counted: list[int] = []
-    sample_continuations(
-        est, policy, generator=torch.Generator().manual_seed(0), rows=6, on_progress=counted.append
-    )
+    sample_continuations(est, policy, _sampling(0), rows=6, on_progress=counted.append)
     first = [r.copy() for r in est.rewards]
     assert sum(counted) == est.total == 2 * sum(len(s) for s in est.starts) and max(counted) <= 6
     est.grow(6)
     assert est.k == 6 and est.done == sum(r.size for r in first)  # the new columns are still to sample
     counted.clear()
-    sample_continuations(
-        est, policy, generator=torch.Generator().manual_seed(1), rows=6, on_progress=counted.append
-    )
+    sample_continuations(est, policy, _sampling(1), rows=6, on_progress=counted.append)
     assert sum(counted) == 4 * sum(len(s) for s in est.starts) and est.done == est.total
     for old, new in zip(first, est.rewards, strict=True):
         np.testing.assert_array_equal(new[:, :2], old)
@@ -123,7 +125,7 @@ def test_a_multi_turn_episode_forks_inside_its_second_turn(policy: Policy) -> No
         check_one_turn(episodes, "ProbeTwoTurn-v0", None)  # the batch itself shows it, whatever the env says
     check_one_turn(episodes, "ProbeTwoTurn-v0", 2)
     est = plan(episodes, 2, 1)
-    sample_continuations(est, policy, generator=torch.Generator().manual_seed(2))
+    sample_continuations(est, policy, _sampling(2))
     for ep, astar, v, starts in zip(episodes, est.token_advantages(), est.values(), est.starts, strict=True):
         assert abs(astar.sum() - (ep.reward - v[0])) < 1e-12
         assert len(starts) == len(astar)
@@ -153,7 +155,7 @@ def test_a_model_that_cannot_sample_continuations_is_refused(policy: Policy) -> 
     with pytest.raises(
         ValueError, match=r"OracleAgent cannot sample continuations from a prefix.*generation backend"
     ):
-        sample_continuations(est, SCRIPTED["oracle"]())
+        sample_continuations(est, SCRIPTED["oracle"](), Sampling.greedy())
 
 
 def test_k_and_every_are_checked(policy: Policy) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from creditgym.agents.train.config import TrainConfig
+from creditgym.agents.train.config import MODEL_DEFAULTS, TrainConfig
 from creditgym.agents.train.trainer import Trainer
 from creditgym.envs import UnknownEnvError, make, resolve_env_id
 
@@ -58,7 +58,8 @@ def test_the_example_env_trains_through_the_python_api(
     )
     trainer = Trainer(cfg, tmp_path)
     assert trainer.eval_seed >= 2**31  # no split: held-out resets use seeds no training reset draws
-    assert trainer.env.unwrapped.max_new_tokens == cfg.max_new_tokens  # it takes a budget, so it gets one
+    budget = MODEL_DEFAULTS[cfg.model]["max_new_tokens"]  # it takes a budget, so it gets the model's
+    assert trainer.env.unwrapped.max_new_tokens == trainer.cfg.max_new_tokens == budget
     trainer.run()
     _check_run(tmp_path)
 

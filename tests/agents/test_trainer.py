@@ -43,11 +43,15 @@ def _metrics(out: Path) -> list[dict]:
 def test_prompt_and_env_tokens_never_receive_gradient(tmp_path: Path) -> None:
     trainer = Trainer(TrainConfig(**SMALL), tmp_path)
     from creditgym.agents.train.rollout import PolicyAgent, play
+    from creditgym.agents.train.sampling import Sampling
 
     base = trainer.env.unwrapped
     base.reset(seed=0)
     envs = [base.fork() for _ in range(3)]
-    batch = to_batch(play(PolicyAgent(trainer.policy), envs, [0, 0, 0]), trainer.policy.pad_token_id)
+    batch = to_batch(
+        play(PolicyAgent(trainer.policy, Sampling.of(trainer.cfg)), envs, [0, 0, 0]),
+        trainer.policy.pad_token_id,
+    )
     adv = torch.randn(batch.policy_mask.shape) * batch.policy_mask
 
     def grads(old: torch.Tensor, advantages: torch.Tensor) -> list[torch.Tensor]:

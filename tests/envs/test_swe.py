@@ -108,13 +108,16 @@ def test_forking_is_for_fresh_episodes_only(env: SWEEnv) -> None:
 def test_tiny_model_plays_a_token_level_episode(tasks) -> None:
     from creditgym.agents.train.policy import load_policy
     from creditgym.agents.train.rollout import PolicyAgent, play
+    from creditgym.agents.train.sampling import Sampling
 
     env = gym.make(
         "creditgym/SWEBench-v0", tasks=tasks[:1], max_new_tokens=24, max_turns=2, max_episode_tokens=2048
     ).unwrapped
     try:
         env.reset(seed=0)
-        ep = play(PolicyAgent(load_policy("creditgym/tiny"), temperature=1.0), [env], [0])[0]
+        ep = play(
+            PolicyAgent(load_policy("creditgym/tiny"), Sampling(temperature=1.0, top_p=1.0)), [env], [0]
+        )[0]
         led = env.ledger
         policy, env_rows = led.source == Source.POLICY, led.source == Source.ENV
         assert ep.truncated and ep.infra_error is None and ep.info["end_reason"] == "max_turns"
