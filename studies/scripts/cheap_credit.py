@@ -199,18 +199,20 @@ def _probe(path: Path) -> dict[str, Any]:
 
 
 def _row(
-    module: str, model: str, task: str, truth: str, fig: dict[str, Any], ratio: float | None
+    module: str, model: str, task: str, truth: str, figs: dict[str, Any], ratio: float | None
 ) -> dict[str, Any]:
-    ci = fig.get("ci") or [None, None]
+    """One row of the table from a probe entry's figures (the required fields, then `EXTRA`)."""
+    ci = figs["spearman"].get("ci") or [None, None]
     return {
         "module": module,
         "model": model,
         "task": task,
         "truth": truth,
-        "spearman": fig["value"],
+        "spearman": figs["spearman"]["value"],
         "ci_low": ci[0],
         "ci_high": ci[1],
         "step_time_vs_grpo": ratio,
+        **{k: figs[k]["value"] for k in EXTRA},
     }
 
 
@@ -226,7 +228,7 @@ def _mc_sources(short: str, task: str) -> list[tuple[Path, tuple[str, ...] | Non
     return [
         (SCALE / f"{short}-{scale_task}" / "probe.json", None),
         (SCALE / f"{short}-{scale_task}-warm" / "probe.json", ("gae", "compo", "pact")),
-        (OUT / f"{short}-{task}" / "probe.json", NEW),
+        (OUT / f"{short}-{scale_task}" / "probe.json", NEW),
     ]
 
 
@@ -237,9 +239,7 @@ def table() -> dict[str, Any]:
         planted = _probe(OUT / f"{short}-planted" / "probe.json")
         batches[f"{short}/planted"] = {**planted["batch"], "error_bound": planted["exact"]["error_bound"]}
         for name, fig in planted["modules"].items():
-            rows.append(
-                _row(name, model, "planted", "mc", fig["spearman"], _ratio(times, model, "planted", name))
-            )
+            rows.append(_row(name, model, "planted", "mc", fig, _ratio(times, model, "planted", name)))
         for name, fig in planted["nulls"].items():
             rows.append(_row(name, model, "planted", "mc", fig, None))
         for name, fig in planted["exact"]["entries"].items():
@@ -250,14 +250,34 @@ def table() -> dict[str, Any]:
             for path, only in reversed(_mc_sources(short, task)):  # the newest scoring of a module wins
                 result = _probe(path)
                 batches.setdefault(f"{short}/{task}", result["batch"])
-                entries = {**result["modules"], **(result.get("nulls", {}) if only is None else {})}
-                for name, fig in entries.items():
-                    if (only is not None and name not in only) or name in seen:
+                modules = {n: f for n, f in result["modules"].items() if only is None or n in only}
+                for name, fig in {**modules, **result.get("nulls", {})}.items():  # nulls: the same A*
+                    if name in seen:
                         continue
                     seen.add(name)
                     ratio = None if name.startswith(("null:", "oracle")) else _ratio(times, model, task, name)
                     rows.append(_row(name, model, task, "mc", fig, ratio))
     return {"fields": [*FIELDS, *EXTRA], "rows": rows, "batches": batches, "step_times": times}
+
+
+def _order(name: str) -> tuple[int, int, str]:
+    """Rows in reading order: the outcome baselines, the seed modules, the new ones, vine, the control, the
+    nulls, the sampled A*."""
+    from creditgym.credit import available
+
+    base = name.split(":")[0]
+    if name.startswith("A*"):
+        return (6, 0, name)
+    if base == "null":
+        return (5, 0, name)
+    if base == "oracle":
+        return (4, 0, name)
+    if base == "vine":
+        return (3, 0, name)
+    if base in ("grpo", "rloo"):
+        return (0, ("grpo", "rloo").index(base), name)
+    names = list(available())
+    return (2 if base in NEW else 1, names.index(base) if base in names else len(names), name)
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:
@@ -281,7 +301,7 @@ def target(data: dict[str, Any], model: str = "smollm2-135m", task: str = "rubri
         "",
     ]
     for name, r in rows.items():
-        if name.startswith(("null:", "oracle", "vine")) or name == "grpo":
+        if name.startswith(("null:", "oracle", "vine")) or name in ("grpo", "rloo"):
             continue
         ratio = r["step_time_vs_grpo"]
         cheap_enough = ratio is not None and ratio <= 1.5
@@ -330,9 +350,21 @@ def render(data: dict[str, Any]) -> str:
             head = " | ".join(f"Spearman with the {t} truth" for t in truths)
             if task == "planted":
                 head += " | Pearson (exact, pooled) | decisive-token share (exact)"
+            timing = data["step_times"].get(f"{short}/{task}")
+            if timing is None:
+                timed = "step times not measured"
+            else:
+                sizes = timing.get("sizes", TASKS[task][2])
+                reps = max(v["repeats"] for v in timing.values() if isinstance(v, dict) and "repeats" in v)
+                timed = (
+                    f"step times at {sizes['prompts_per_step']} x {sizes['group_size']} responses, median of "
+                    f"{reps} alternating step{'s' if reps > 1 else ''}"
+                )
             lines += [
                 f"**{short}, {task}** ({b['responses']} responses, mean reward {b['reward_mean']:.2f}, "
-                f"K = {b['k']}" + (f", exact to {b['error_bound']:.0e}" if task == "planted" else "") + ")",
+                f"K = {b['k']}"
+                + (f", exact to {b['error_bound']:.0e}" if task == "planted" else "")
+                + f"; {timed})",
                 "",
                 f"| entry | {head} | step time vs grpo |",
                 "|---|" + "---:|" * (len(truths) + (2 if task == "planted" else 0)) + "---:|",
@@ -341,7 +373,7 @@ def render(data: dict[str, Any]) -> str:
             for r in data["rows"]:
                 if r["model"] == model and r["task"] == task:
                     cells.setdefault(r["module"], {})[r["truth"]] = r
-            for name, by in cells.items():
+            for name, by in sorted(cells.items(), key=lambda kv: _order(kv[0])):
                 shown = []
                 for t in truths:
                     r = by.get(t)
@@ -388,15 +420,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per module (vine: 1)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma list (time)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma list (time)")
+    ap.add_argument("--prompts-per-step", type=int, help="time: fewer prompts than the probe's batch")
+    ap.add_argument("--group-size", type=int, help="time: a smaller group than the probe's batch")
     args = ap.parse_args()
     if args.what == "time":
         path = OUT / "step-times.json"
         times = json.loads(path.read_text()) if path.exists() else {}
+        small = {"prompts_per_step": args.prompts_per_step, "group_size": args.group_size}
+        small = {k: v for k, v in small.items() if v is not None}
         for model in args.models.split(","):
             for task in args.tasks.split(","):
                 t0 = time.perf_counter()
-                times[f"{MODELS[model]}/{task}"] = step_times(model, task, args.repeats)
-                times[f"{MODELS[model]}/{task}"]["wall_s"] = round(time.perf_counter() - t0, 1)
+                key = f"{MODELS[model]}/{task}"
+                entry = step_times(model, task, args.repeats, sizes=small)
+                entry["wall_s"] = round(time.perf_counter() - t0, 1)
+                entry["sizes"] = {**TASKS[task][2], **small}
+                entry["repeats_asked"] = args.repeats
+                times = json.loads(path.read_text()) if path.exists() else {}  # another run may have written
+                times[key] = entry
                 path.write_text(json.dumps(times, indent=1) + "\n")
         return
     if args.what == "filler":
