@@ -76,3 +76,8 @@ class RaiseOnSignals(_OnSignals):
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def evaluation_note(episodes: int) -> str:
+    """The line printed when the step-0 held-out evaluation starts (after a Ctrl-C there stops the run cleanly)."""
+    return f"[creditgym] step 0: held-out evaluation, {episodes} episodes"

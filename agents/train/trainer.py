@@ -39,7 +39,7 @@ from creditgym.agents.train import run_folder
 from creditgym.agents.train.checkpoint import resumable_checkpoint, save_checkpoint
 from creditgym.agents.train.config import TrainConfig, resolve
 from creditgym.agents.train.finish import float_tensors, run_summary, write_outputs
-from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals
+from creditgym.agents.train.interrupts import GracefulStop, RaiseOnSignals, evaluation_note
 from creditgym.agents.train.loss import aggregate, get_loss, kl_penalty
 from creditgym.agents.train.plots import credit_samples
 from creditgym.agents.train.policy import load_policy
@@ -47,7 +47,7 @@ from creditgym.agents.train.progress import MetricsLog, RunProgress, budget_note
 from creditgym.agents.train.rollout import PolicyAgent, RolloutStats, play, truncated_share
 from creditgym.agents.train.sampling import Sampling
 from creditgym.agents.train.update import adamw, backward, rows_with_gradient, update_pass
-from creditgym.agents.train.wandb_log import WandbLog, require_wandb
+from creditgym.agents.train.wandb_log import attach_wandb, require_wandb
 from creditgym.credit import CREDIT, CreditOutput
 
 
@@ -324,9 +324,7 @@ class Trainer:
         if self.step == 0 and self.is_main:
             try:  # the first Ctrl-C / SIGTERM of the step-0 evaluation stops the run: nothing is trained yet
                 with RaiseOnSignals():  # the line says so once a signal stops this evaluation cleanly
-                    print(
-                        f"[creditgym] step 0: held-out evaluation, {cfg.eval_episodes} episodes", flush=True
-                    )
+                    print(evaluation_note(cfg.eval_episodes), flush=True)
                     first = {"step": 0.0, **evaluate(), **self._probe()}
             except KeyboardInterrupt as e:
                 raise KeyboardInterrupt(
@@ -396,7 +394,4 @@ def train(
     (`creditgym.agents.train.wandb_log`), or "" for none."""
     if wandb:
         require_wandb()  # before the model loads
-    trainer = Trainer(cfg, out, resume=resume, overwrite=overwrite)
-    if wandb and trainer.is_main:  # from the step the run starts at, a resumed run's included
-        trainer.log.sink = WandbLog(wandb, trainer.out, trainer.cfg, start_step=trainer.step)
-    return trainer.run()
+    return attach_wandb(Trainer(cfg, out, resume=resume, overwrite=overwrite), wandb).run()

@@ -96,3 +96,11 @@ class WandbLog:
         self.run.finish()
         if self.mode == "offline":
             print(f"[creditgym] W&B offline run in {self.folder}: upload it with `wandb sync {self.folder}`")
+
+
+def attach_wandb(trainer: Any, project: str) -> Any:
+    """``trainer`` with its metrics also logged to the W&B ``project`` from the step it starts at (a resumed
+    run's included; process 0 only); unchanged when ``project`` is ""."""
+    if project and trainer.is_main:
+        trainer.log.sink = WandbLog(project, trainer.out, trainer.cfg, start_step=trainer.step)
+    return trainer
