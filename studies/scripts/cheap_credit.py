@@ -12,9 +12,10 @@ the positive control and the null baselines; the critic modules from their warm-
 modules added since, their rescoring on the same batches and A* (``--reuse``, in this folder).
 
 Step time: one real optimizer step of ``Trainer.train_step`` (rollouts, signals, credit, the actor and critic
-updates) at the probe's batch size, from the same weights and so on the same batch every time (the weights are
-restored before each timed step), alternating with ``grpo``'s: the ratio of the medians of ``repeats`` timed steps
-each, after one untimed warm-up step.
+updates) at the probe's batch size (or the smaller one ``--prompts-per-step`` and ``--group-size`` ask for), from
+the same weights and so on the same batch every time (the weights are restored before each timed step),
+alternating with ``grpo``'s: the ratio of the medians of ``repeats`` timed steps each, after one untimed warm-up
+step.
 """
 
 from __future__ import annotations
@@ -335,7 +336,7 @@ def render(data: dict[str, Any]) -> str:
         "A* (**mc**) there and on the hard rubric and level-2 sums, for the bundled tiny model and "
         "SmolLM2-135M-Instruct, all on batches sampled before any training. Intervals: the probe's 95% "
         "percentile bootstrap clustered by prompt (not corrected for the number of rows: read a row's interval "
-        "against its own table's nulls). Step time: one real training step at the probe's batch size, divided "
+        "against its own table's nulls). Step time: one real training step (at the batch size each table states), divided "
         "by `grpo`'s measured in alternation with it (`python studies/scripts/cheap_credit.py time`). Critic "
         "modules (`gae`, `compo`, `pact`) are untrained on Planted and warmed up 4 steps on the rubric and sums "
         "(as in [Across model scale](scale.md)); `vine` is the Monte-Carlo reference line, not a cheap module.",
