@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Cheap credit (docs/study/cheap-credit.md), as it ran on a 2-core CPU, one job at a time. Then:
-#   python studies/scripts/cheap_credit.py time     # step times of every module vs grpo's (step-times.json)
-#   python studies/scripts/cheap_credit.py          # table.json and docs/study/cheap-credit.md from the files here
+# Cheap credit (docs/study/cheap-credit.md), as it ran on a 2-core CPU shared with other jobs. Then the step times
+# (step-times.json; one torch thread each, beside the probes) and the table:
+#   OMP_NUM_THREADS=1 python studies/scripts/cheap_credit.py time --models creditgym/tiny
+#   OMP_NUM_THREADS=1 python studies/scripts/cheap_credit.py time --models smollm2-135m --tasks rubric-hard \
+#     --repeats 1 --prompts-per-step 2 --group-size 4     # a SmolLM2 step took about a minute on one core
+#   python studies/scripts/cheap_credit.py filler       # filler.json: why the slots lead the response
+#   python studies/scripts/cheap_credit.py              # table.json and docs/study/cheap-credit.md
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 export OMP_NUM_THREADS=2
