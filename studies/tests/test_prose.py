@@ -79,8 +79,10 @@ EXTRA: dict[str, tuple[str, ...]] = {
     ),
     "part5.md": ("studies/results/study-chains", "studies/results/study-chains/probed-seeds23"),
 }
-#: README's Results section: the headline, the easy control's own verdict and the probes during training.
+#: README's Results section: the headline, the easy control's own verdict, the probes during training and the
+#: cheap-credit table.
 README_SOURCES = (
+    "studies/results/cheap-credit",
     "studies/results/headline.md",
     "studies/results/study-easy/verdict.md",
     "studies/results/study-hard/probed",
